@@ -1,0 +1,39 @@
+# The two commands a new user needs: `make demo` and `make test` (see README.md).
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+# Pins that keep the resolver on versions checked together (AIRFLOW-NOTES.md).
+PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
+
+.PHONY: install test lint typecheck pytest demo bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,spark]" $(PINS)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest
+
+test: lint typecheck pytest
+
+demo: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) scripts/demo.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/codec.py
+	$(PY) benchmarks/throughput.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -1,0 +1,14 @@
+"""Apache Airflow provider for NSQ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata read by Airflow's ProvidersManager (entry point)."""
+    from .provider_info import provider_info
+
+    return provider_info()

@@ -1,0 +1,517 @@
+"""Blocking driver: one socket, pumped through :class:`ClientConnection`.
+
+Safe for plain scripts, Airflow tasks, forked workers and Spark executors: no threads, no
+event loop. Not thread-safe: use one connection per thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from ..protocol.connection import (
+    ClientConnection,
+    CommandFailed,
+    ConnectionClosed,
+    ConnectionState,
+    Heartbeat,
+    Reply,
+    ServerWarning,
+    StartTLS,
+)
+from ..protocol.errors import (
+    NSQConnectionClosedError,
+    NSQConnectionError,
+    NSQError,
+    NSQServerError,
+    NSQStateError,
+    NSQTimeoutError,
+    NSQValueError,
+)
+from .config import ClientConfig
+from .message import NSQMessage
+from .window import AckMode, check_window, idle_limit_s, new_core, with_context
+from .tls import build_ssl_context, describe_tls_error
+
+log = logging.getLogger(__name__)
+
+_RECV_SIZE = 256 * 1024
+_CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
+
+
+class NSQConnection:
+    """A blocking connection to one nsqd.
+
+    Publishing methods return only after nsqd's ``OK`` and raise :class:`NSQServerError`
+    with nsqd's code and text otherwise. A publishing connection that nsqd closed (after
+    an error, or because it sat idle past two heartbeat intervals) is reopened before the
+    next publish is written; a subscribed connection is never silently reopened.
+    """
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self._sock: socket.socket | None = None
+        self._core: ClientConnection | None = None
+        self._replies: deque[Reply] = deque()
+        self._messages: list[NSQMessage] = []
+        self._failure: NSQError | None = None
+        self._subscribed = False
+        self._held: list[NSQMessage] = []
+        self._last_write = 0.0
+        self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
+        self.connects = 0  # how many times a TCP connection was opened
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def __enter__(self) -> NSQConnection:
+        if self._sock is None:
+            self.connect()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = self._core.state.value if self._core else "not connected"
+        return f"<NSQConnection {self.config.address} {state}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._core is not None and self._core.state not in _CLOSED_STATES
+
+    @property
+    def server_info(self) -> dict:
+        """The IDENTIFY response (``{"response": "OK"}`` without feature negotiation)."""
+        self._require_core()
+        assert self._core is not None
+        return dict(self._core.server_info)
+
+    @property
+    def auth_info(self) -> dict | None:
+        return self._core.auth_info if self._core else None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self._core and self._core.tls)
+
+    @property
+    def compression(self) -> str | None:
+        return self._core.compression if self._core else None
+
+    @property
+    def max_rdy_count(self) -> int:
+        self._require_core()
+        assert self._core is not None
+        return self._core.max_rdy_count
+
+    def connect(self) -> NSQConnection:
+        """Open the TCP connection and run the handshake (IDENTIFY, TLS, compression,
+        AUTH), bounded by ``connect_timeout``."""
+        self._teardown()
+        cfg = self.config
+        deadline = time.monotonic() + cfg.connect_timeout
+        try:
+            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
+        except TimeoutError:
+            raise NSQTimeoutError(
+                f"could not connect to nsqd at {cfg.address} within {cfg.connect_timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise NSQConnectionError(
+                f"could not connect to nsqd at {cfg.address}: {exc.strerror or exc}"
+            ) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self._core = core = new_core(cfg, NSQMessage)
+        self.connects += 1
+        try:
+            core.initiate()
+            self._flush()
+            while core.state is ConnectionState.HANDSHAKING:
+                if not self._read_once(deadline - time.monotonic()):
+                    raise NSQTimeoutError(
+                        f"nsqd at {cfg.address} did not complete the handshake within "
+                        f"{cfg.connect_timeout:g}s"
+                    )
+                self._raise_failure("the handshake")
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Close the connection. Messages still held unanswered are REQ'd first (when
+        the connection is alive) so nsqd redelivers them at once, not after msg_timeout."""
+        core = self._core
+        if core is not None and core.state in (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING):
+            held = [m for m in (*self._held, *self._messages) if not m._responded]
+            try:
+                if held:
+                    self._respond_all(held, "REQ")
+                self._flush()
+            except NSQError:
+                pass
+        self._teardown()
+
+    def _teardown(self) -> None:
+        if self._core is not None:
+            self._core.close()
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+        self._core = None
+        self._replies.clear()
+        self._messages = []
+        self._held = []
+        self._failure = None
+        self._subscribed = False
+
+    # -- publishing ----------------------------------------------------------------
+
+    def publish(self, topic: str, body: bytes) -> None:
+        """PUB one message; returns after nsqd's OK."""
+        core = self._prepare_publish()
+        core.pub(topic, body)
+        self._request("PUB")
+
+    def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
+        """DPUB: nsqd delivers the message ``delay_ms`` after it is published."""
+        core = self._prepare_publish()
+        core.dpub(topic, delay_ms, body)
+        self._request("DPUB")
+
+    def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
+        """MPUB ``bodies`` in as few frames as fit nsqd's limits; returns the frame count.
+
+        Every body is checked before anything is sent. The frames are pipelined; if nsqd
+        refuses one, the error says how many frames (and messages) it had accepted.
+        """
+        from ..protocol.commands import split_mpub
+
+        cfg = self.config
+        batches = split_mpub(bodies, cfg.max_msg_size, cfg.max_body_size)
+        if not batches:
+            raise NSQValueError("multi_publish needs at least one message")
+        core = self._prepare_publish()
+        for batch in batches:
+            core.mpub(topic, batch)
+        self._flush()
+        done = 0
+        for batch in batches:
+            try:
+                self._wait_reply("MPUB")
+            except NSQError as exc:
+                if not done:
+                    raise
+                sent = sum(len(b) for b in batches[:done])
+                raise with_context(
+                    exc, f"(nsqd had accepted {done} MPUB frames with {sent} messages before)"
+                ) from exc
+            done += 1
+        return len(batches)
+
+    def _prepare_publish(self) -> ClientConnection:
+        core = self._core
+        if core is None or core.state in _CLOSED_STATES:
+            return self._reopen("the connection is closed")
+        # Read what is waiting without blocking: heartbeats to answer, or nsqd's close.
+        if self._readable():
+            self._read_once(0)
+            if core.state in _CLOSED_STATES:
+                return self._reopen("nsqd closed the connection")
+        limit = idle_limit_s(self.config)
+        if limit is not None and time.monotonic() - self._last_write >= limit:
+            # nsqd drops a client it has not heard from for two heartbeat intervals; a
+            # write now could land on a closed socket and be lost.
+            return self._reopen("the connection was idle past nsqd's heartbeat deadline")
+        return core
+
+    def _reopen(self, why: str) -> ClientConnection:
+        if self._subscribed:
+            raise NSQConnectionClosedError(
+                f"subscribed connection to nsqd at {self.config.address} is unusable: {why}"
+            )
+        if self._core is not None:
+            log.debug("reconnecting to nsqd at %s: %s", self.config.address, why)
+        self.connect()
+        assert self._core is not None
+        return self._core
+
+    # -- subscribing ---------------------------------------------------------------
+
+    def subscribe(self, topic: str, channel: str) -> None:
+        """SUB to ``topic``/``channel``; returns after nsqd's OK. Once per connection."""
+        core = self._require_core()
+        core.sub(topic, channel)
+        self._subscribed = True
+        self._request("SUB")
+
+    def ready(self, count: int) -> None:
+        """RDY: how many messages may be in flight to this connection at once."""
+        self._require_core().rdy(count)
+        self._flush()
+
+    def read_messages(self, timeout: float | None = None) -> list[NSQMessage]:
+        """Wait up to ``timeout`` seconds (None: ``read_timeout``) for messages; return
+        all that arrived (possibly none). Answers heartbeats while waiting."""
+        if not self._messages:
+            self._flush()
+            wait = self.config.read_timeout if timeout is None else timeout
+            deadline = time.monotonic() + wait
+            while not self._messages:
+                self._raise_failure("waiting for messages")
+                if not self._read_once(deadline - time.monotonic()):
+                    break
+        messages = self._messages
+        self._messages = []
+        return messages
+
+    def finish(self, *messages: NSQMessage) -> None:
+        """FIN messages (one write for all of them)."""
+        self._respond_all(messages, "FIN")
+        self._flush()
+
+    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None:
+        """REQ messages: redelivered after ``delay_ms`` with attempts + 1."""
+        self._respond_all(messages, "REQ", delay_ms)
+        self._flush()
+
+    def touch(self, *messages: NSQMessage) -> None:
+        """TOUCH messages: restart their in-flight timeout."""
+        self._respond_all(messages, "TOUCH")
+        self._flush()
+
+    def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
+        self._respond_all((message,), command, delay_ms)
+        self._flush()
+
+    def _respond_all(
+        self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0
+    ) -> None:
+        core = self._require_core()
+        todo = [m for m in messages if not m._responded]
+        if not todo:
+            return
+        if command == "FIN":
+            core.fin_many([m.raw_id for m in todo])
+        elif command == "REQ":
+            for m in todo:
+                core.req(m.raw_id, delay_ms)
+        else:
+            for m in todo:
+                core.touch(m.raw_id)
+            return
+        for m in todo:
+            m._responded = True
+
+    def start_close(self) -> None:
+        """CLS: nsqd stops delivering (RDY 0) and answers CLOSE_WAIT; messages already
+        in flight can still be FIN'd or REQ'd. Returns after CLOSE_WAIT."""
+        self._require_core().cls()
+        self._request("CLS")
+
+    def consume(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        max_messages: int = 1,
+        timeout: float = 5.0,
+        ack: AckMode = "fin",
+        requeue_delay_ms: int = 0,
+    ) -> list[NSQMessage]:
+        """One subscribe window: SUB, RDY, collect up to ``max_messages`` or until
+        ``timeout`` seconds pass, then stop delivery (CLS).
+
+        ``ack`` decides what happens to the messages: ``"fin"`` FINs them before
+        returning, ``"req"`` REQs them (a peek; attempts + 1), ``"manual"`` hands them back
+        unanswered: FIN or REQ them on this connection (``finish``/``requeue``) and then
+        ``close()`` it; anything still unanswered at ``close()`` is REQ'd.
+        """
+        check_window(max_messages, timeout, ack, self.max_rdy_count)
+        self.subscribe(topic, channel)
+        self.ready(max_messages)
+        deadline = time.monotonic() + timeout
+        got: list[NSQMessage] = []
+        while len(got) < max_messages:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            got.extend(self.read_messages(remaining))
+        self.start_close()
+        if self._readable():  # stragglers nsqd sent before it processed CLS
+            self._read_once(0)
+        extra = self._messages
+        self._messages = []
+        room = max_messages - len(got)
+        got.extend(extra[:room])
+        if extra[room:]:
+            self.requeue(*extra[room:])
+        if ack == "fin":
+            self.finish(*got)
+        elif ack == "req":
+            self.requeue(*got, delay_ms=requeue_delay_ms)
+        else:
+            self._held = got  # the caller answers them; close() REQs what is left
+        return got
+
+    def nop(self) -> None:
+        self._require_core().nop()
+        self._flush()
+
+    # -- I/O -----------------------------------------------------------------------
+
+    def _require_core(self) -> ClientConnection:
+        core = self._core
+        if core is None:
+            raise NSQStateError(f"not connected to nsqd at {self.config.address}: call connect()")
+        if core.state in _CLOSED_STATES:
+            raise NSQConnectionClosedError(
+                f"the connection to nsqd at {self.config.address} is closed"
+                + (f" ({self._failure})" if self._failure else "")
+            )
+        return core
+
+    def _request(self, command: str) -> bytes:
+        self._flush()
+        return self._wait_reply(command)
+
+    def _wait_reply(self, command: str) -> bytes:
+        deadline = time.monotonic() + self.config.read_timeout
+        while True:
+            if self._replies:
+                reply = self._replies.popleft()
+                return reply.data
+            self._raise_failure(command)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._read_once(remaining):
+                # A late reply would be matched to the next command: drop the connection.
+                self._teardown()
+                raise NSQTimeoutError(
+                    f"nsqd at {self.config.address} did not answer {command} within "
+                    f"{self.config.read_timeout:g}s"
+                )
+
+    def _raise_failure(self, doing: str) -> None:
+        if self._failure is not None:
+            raise self._failure
+        core = self._core
+        if core is None:
+            raise NSQConnectionClosedError(f"not connected to nsqd at {self.config.address}")
+        if core.state in _CLOSED_STATES:
+            raise NSQConnectionClosedError(
+                f"nsqd at {self.config.address} closed the connection during {doing}"
+                + ("; the outcome of the last command is unknown" if doing.isupper() else "")
+            )
+
+    def _flush(self) -> None:
+        core = self._core
+        if core is None:
+            return
+        data = core.data_to_send()
+        if not data:
+            return
+        assert self._sock is not None
+        try:
+            self._sock.settimeout(self.config.read_timeout)
+            self._sock.sendall(data)
+        except OSError as exc:
+            # nsqd may have refused the command and closed while we were still writing
+            # (FACTS.md section 3): its error frame is probably waiting to be read.
+            self._sock.settimeout(0.5)
+            try:
+                while self._core is not None and self._core.state not in _CLOSED_STATES:
+                    if not self._read_once(0.5):
+                        break
+            except NSQError:
+                pass
+            if self._failure is not None:
+                raise self._failure from None
+            raise NSQConnectionClosedError(
+                f"connection to nsqd at {self.config.address} broke while writing: "
+                f"{exc.strerror or exc}"
+            ) from None
+        self._last_write = time.monotonic()
+
+    def _readable(self) -> bool:
+        sock = self._sock
+        if sock is None:
+            return False
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return True  # let the read report what is wrong
+        return bool(readable)
+
+    def _read_once(self, timeout: float) -> bool:
+        """Read once (waiting up to ``timeout``) and handle the events; False on timeout."""
+        sock = self._sock
+        core = self._core
+        if sock is None or core is None:
+            return False
+        try:
+            sock.settimeout(max(timeout, 0.0))
+            data = sock.recv(_RECV_SIZE)
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
+            return False
+        except ssl.SSLError as exc:
+            self._failure = describe_tls_error(self.config, exc)
+            data = b""
+        except OSError:
+            data = b""  # reset: same as EOF after whatever was already read
+        core.receive_data(data)
+        try:
+            events = core.events()
+        except NSQError as exc:
+            self._failure = exc
+            raise
+        if events:
+            self._handle(events)
+        return True
+
+    def _handle(self, events: list) -> None:
+        messages = self._messages
+        nop = False
+        for event in events:
+            cls = event.__class__
+            if cls is NSQMessage:
+                event._conn = self
+                messages.append(event)
+            elif cls is Reply:
+                self._replies.append(event)
+            elif cls is Heartbeat:
+                nop = True
+            elif cls is ServerWarning:
+                log.warning("nsqd at %s: %s", self.config.address, event.error)
+                self.warnings.append(event.error)
+            elif cls is CommandFailed:
+                self._failure = event.error
+            elif cls is ConnectionClosed:
+                pass  # core.state says so; waiting callers raise
+            elif cls is StartTLS:
+                self._start_tls()
+        if nop and self._core is not None and self._core.state not in _CLOSED_STATES:
+            self._flush()
+
+    def _start_tls(self) -> None:
+        assert self._sock is not None and self._core is not None
+        cfg = self.config
+        context = build_ssl_context(cfg)
+        try:
+            self._sock.settimeout(cfg.connect_timeout)
+            self._sock = context.wrap_socket(
+                self._sock, server_hostname=cfg.tls_server_name or cfg.host
+            )
+        except (ssl.SSLError, OSError) as exc:
+            raise describe_tls_error(cfg, exc) from None
+        self._core.tls_established()

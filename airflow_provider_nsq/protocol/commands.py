@@ -1,0 +1,196 @@
+"""Encoders for the commands a client sends (FACTS.md section 1).
+
+A command is a text line ending in ``\\n``; PUB, DPUB, MPUB, IDENTIFY and AUTH follow it
+with ``[u32be length][bytes]``. MPUB's body is ``[u32be count]`` then ``count`` times
+``[u32be len][bytes]``. Every encoder checks what nsqd would reject, so the caller gets a
+clear error before anything is written instead of a fatal error frame afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .constants import (
+    DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_MAX_MSG_SIZE,
+    DEFAULT_MAX_RDY_COUNT,
+    DEFAULT_MAX_REQ_TIMEOUT_MS,
+    MESSAGE_ID_LENGTH,
+)
+from .errors import NSQValueError
+from .names import validate_channel_name, validate_topic_name
+
+_U32 = struct.Struct(">I")
+_pack_u32 = _U32.pack
+
+NOP = b"NOP\n"
+CLS = b"CLS\n"
+
+
+def _check_body(body: object, max_msg_size: int, what: str = "message") -> bytes:
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise NSQValueError(f"{what} body must be bytes, got {type(body).__name__}")
+    size = len(body)
+    if size == 0:
+        raise NSQValueError(f"{what} body is empty: nsqd rejects empty messages")
+    if size > max_msg_size:
+        raise NSQValueError(
+            f"{what} body is {size} bytes, over the max message size of {max_msg_size} bytes "
+            "(nsqd --max-msg-size)"
+        )
+    return bytes(body)
+
+
+def check_delay_ms(delay_ms: object, max_delay_ms: int, what: str = "DPUB delay") -> int:
+    """Validate a delay in milliseconds: an int in ``0..max_delay_ms``, never clamped."""
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int):
+        raise NSQValueError(f"{what} must be whole milliseconds (int), got {delay_ms!r}")
+    if not 0 <= delay_ms <= max_delay_ms:
+        raise NSQValueError(
+            f"{what} {delay_ms} ms is out of range 0-{max_delay_ms} ms (nsqd --max-req-timeout)"
+        )
+    return delay_ms
+
+
+def _check_id(message_id: bytes) -> bytes:
+    if len(message_id) != MESSAGE_ID_LENGTH:
+        raise NSQValueError(
+            f"message id must be {MESSAGE_ID_LENGTH} bytes as nsqd sent it, got {message_id!r}"
+        )
+    return message_id
+
+
+def encode_identify(fields: Mapping[str, Any]) -> bytes:
+    """``IDENTIFY\\n[len][json]``: compact JSON, keys in the order given."""
+    body = json.dumps(dict(fields), separators=(",", ":")).encode()
+    return b"IDENTIFY\n" + _pack_u32(len(body)) + body
+
+
+def encode_auth(secret: bytes | str) -> bytes:
+    """``AUTH\\n[len][secret]``. The secret never appears in an error message."""
+    data = secret.encode() if isinstance(secret, str) else bytes(secret)
+    if not data:
+        raise NSQValueError("AUTH secret is empty")
+    return b"AUTH\n" + _pack_u32(len(data)) + data
+
+
+def encode_sub(topic: str, channel: str) -> bytes:
+    validate_topic_name(topic)
+    validate_channel_name(channel)
+    return f"SUB {topic} {channel}\n".encode()
+
+
+def encode_rdy(count: int, max_rdy_count: int = DEFAULT_MAX_RDY_COUNT) -> bytes:
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= max_rdy_count:
+        raise NSQValueError(
+            f"RDY count {count!r} is out of range 0-{max_rdy_count} (nsqd --max-rdy-count)"
+        )
+    return b"RDY %d\n" % count
+
+
+def encode_fin(message_id: bytes) -> bytes:
+    return b"FIN " + _check_id(message_id) + b"\n"
+
+
+def encode_req(
+    message_id: bytes, delay_ms: int = 0, max_delay_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS
+) -> bytes:
+    # nsqd silently clamps a REQ delay above --max-req-timeout; we refuse instead.
+    check_delay_ms(delay_ms, max_delay_ms, "REQ delay")
+    return b"REQ " + _check_id(message_id) + b" %d\n" % delay_ms
+
+
+def encode_touch(message_id: bytes) -> bytes:
+    return b"TOUCH " + _check_id(message_id) + b"\n"
+
+
+def encode_pub(topic: str, body: bytes, max_msg_size: int = DEFAULT_MAX_MSG_SIZE) -> bytes:
+    validate_topic_name(topic)
+    data = _check_body(body, max_msg_size)
+    return b"PUB " + topic.encode() + b"\n" + _pack_u32(len(data)) + data
+
+
+def encode_dpub(
+    topic: str,
+    delay_ms: int,
+    body: bytes,
+    max_msg_size: int = DEFAULT_MAX_MSG_SIZE,
+    max_delay_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS,
+) -> bytes:
+    validate_topic_name(topic)
+    check_delay_ms(delay_ms, max_delay_ms)
+    data = _check_body(body, max_msg_size)
+    return b"DPUB %s %d\n" % (topic.encode(), delay_ms) + _pack_u32(len(data)) + data
+
+
+def mpub_body_size(bodies: Sequence[bytes]) -> int:
+    """Size of MPUB's body for ``bodies``: count prefix plus a length prefix per message."""
+    return 4 + 4 * len(bodies) + sum(map(len, bodies))
+
+
+def encode_mpub(
+    topic: str,
+    bodies: Sequence[bytes],
+    max_msg_size: int = DEFAULT_MAX_MSG_SIZE,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+) -> bytes:
+    """One MPUB frame. Use :func:`split_mpub` first when the batch may exceed a limit."""
+    validate_topic_name(topic)
+    if not bodies:
+        raise NSQValueError("MPUB needs at least one message")
+    parts: list[bytes] = [b"", b""]
+    append = parts.append
+    total = 4
+    for index, body in enumerate(bodies):
+        size = len(body)
+        if not 0 < size <= max_msg_size or not isinstance(body, bytes):
+            _check_body(body, max_msg_size, f"MPUB message {index}")
+            body = bytes(body)  # a bytearray/memoryview of an acceptable size
+        append(_pack_u32(size))
+        append(body)
+        total += 4 + size
+    if total > max_body_size:
+        raise NSQValueError(
+            f"MPUB body is {total} bytes, over the max body size of {max_body_size} bytes "
+            "(nsqd --max-body-size); split the batch with split_mpub()"
+        )
+    parts[0] = b"MPUB " + topic.encode() + b"\n" + _pack_u32(total)
+    parts[1] = _pack_u32(len(bodies))
+    return b"".join(parts)
+
+
+def split_mpub(
+    bodies: Iterable[bytes],
+    max_msg_size: int = DEFAULT_MAX_MSG_SIZE,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+) -> list[list[bytes]]:
+    """Split ``bodies`` into as few MPUB batches as fit ``max_body_size``, in order.
+
+    Every body is checked first (non-empty, at most ``max_msg_size``, and small enough to
+    travel alone in an MPUB), so a bad message is reported before any batch is sent.
+    """
+    batches: list[list[bytes]] = []
+    current: list[bytes] = []
+    size = 4
+    largest_single = max_body_size - 8
+    for index, body in enumerate(bodies):
+        n = len(body)
+        if not 0 < n <= max_msg_size or not isinstance(body, bytes):
+            body = _check_body(body, max_msg_size, f"message {index}")
+        if n > largest_single:
+            raise NSQValueError(
+                f"message {index} is {n} bytes; with MPUB framing it exceeds the max body size "
+                f"of {max_body_size} bytes (nsqd --max-body-size)"
+            )
+        if size + 4 + n > max_body_size and current:
+            batches.append(current)
+            current = []
+            size = 4
+        current.append(body)
+        size += 4 + n
+    if current:
+        batches.append(current)
+    return batches

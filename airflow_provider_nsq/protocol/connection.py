@@ -1,0 +1,478 @@
+"""One client connection's protocol state, without I/O (in the manner of h11/wsproto).
+
+The driver pumps bytes; this object does everything else::
+
+    conn = ClientConnection(identify={...}, auth_secret=b"...")
+    conn.initiate()                       # queues magic + IDENTIFY
+    sock.sendall(conn.data_to_send())
+    while conn.state is ConnectionState.HANDSHAKING:
+        conn.receive_data(sock.recv(65536))
+        for event in conn.events():
+            if isinstance(event, StartTLS): ...wrap the socket...; conn.tls_established()
+        sock.sendall(conn.data_to_send())
+
+Handshake (FACTS.md sections 4, 8, 9): magic, IDENTIFY, then, as the IDENTIFY response
+negotiates them, TLS (the driver wraps its transport when asked), snappy or deflate
+(applied here, on both directions, at the exact byte where nsqd switches), and AUTH when
+nsqd says ``auth_required``.
+
+Replies are matched to commands in order: only IDENTIFY, AUTH, SUB, PUB, MPUB, DPUB and
+CLS get one. Heartbeats, messages and the non-fatal E_FIN/REQ/TOUCH_FAILED errors arrive
+unasked and never consume a pending command. Heartbeats are answered with NOP here.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import commands
+from .compression import DeflateCodec, SnappyCodec, StreamCodec
+from .constants import (
+    CLOSE_WAIT,
+    DEFAULT_DEFLATE_LEVEL,
+    DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_MAX_FRAME_SIZE,
+    DEFAULT_MAX_MSG_SIZE,
+    DEFAULT_MAX_RDY_COUNT,
+    DEFAULT_MAX_REQ_TIMEOUT_MS,
+    HEARTBEAT,
+    MAGIC_V2,
+    OK,
+)
+from .errors import (
+    NSQAuthError,
+    NSQConnectionClosedError,
+    NSQProtocolError,
+    NSQServerError,
+    NSQStateError,
+    NSQTLSError,
+)
+from .frames import ErrorFrame, FrameDecoder, Message, ResponseFrame
+
+
+class ConnectionState(enum.Enum):
+    NEW = "new"
+    HANDSHAKING = "handshaking"
+    READY = "ready"
+    SUBSCRIBED = "subscribed"
+    CLOSING = "closing"  # CLS sent: nsqd stops sending; FIN/REQ/TOUCH still allowed
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+_NEW, _HANDSHAKING, _READY, _SUBSCRIBED, _CLOSING, _CLOSED, _FAILED = ConnectionState
+
+# Which state each command may be sent in (FACTS.md section 2).
+_ALLOWED: dict[str, frozenset[ConnectionState]] = {
+    "SUB": frozenset({_READY}),
+    "RDY": frozenset({_SUBSCRIBED, _CLOSING}),
+    "FIN": frozenset({_SUBSCRIBED, _CLOSING}),
+    "REQ": frozenset({_SUBSCRIBED, _CLOSING}),
+    "TOUCH": frozenset({_SUBSCRIBED, _CLOSING}),
+    "CLS": frozenset({_SUBSCRIBED}),
+    "PUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
+    "MPUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
+    "DPUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
+    "NOP": frozenset({_HANDSHAKING, _READY, _SUBSCRIBED, _CLOSING}),
+}
+
+
+# Events. Messages are delivered as the Message objects themselves (the hot path).
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """nsqd's answer to a command that gets one (``OK``, ``CLOSE_WAIT``, JSON)."""
+
+    command: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CommandFailed:
+    """A fatal error frame: nsqd refused ``command`` (None if nothing was pending) and is
+    closing the connection."""
+
+    command: str | None
+    error: NSQServerError
+
+
+@dataclass(frozen=True, slots=True)
+class ServerWarning:
+    """A non-fatal error frame (E_FIN_FAILED, E_REQ_FAILED, E_TOUCH_FAILED)."""
+
+    error: NSQServerError
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """nsqd sent ``_heartbeat_``; a NOP has already been queued in reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class StartTLS:
+    """The driver must run a TLS client handshake now, then call ``tls_established()``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    """The server closed the connection. ``pending`` lists commands left unanswered."""
+
+    pending: tuple[str, ...]
+
+
+Event = Reply | CommandFailed | ServerWarning | Heartbeat | StartTLS | ConnectionClosed | Message
+
+HEARTBEAT_EVENT = Heartbeat()
+
+
+class ClientConnection:
+    """Sans-I/O state of one NSQ client connection. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        identify: Mapping[str, Any] | None = None,
+        auth_secret: bytes | None = None,
+        max_msg_size: int = DEFAULT_MAX_MSG_SIZE,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        max_req_timeout_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS,
+        max_frame_size: int | None = None,
+        message_class: type[Message] = Message,
+    ) -> None:
+        self._identify = dict(identify) if identify is not None else None
+        self._auth_secret = auth_secret
+        self.max_msg_size = max_msg_size
+        self.max_body_size = max_body_size
+        self.max_req_timeout_ms = max_req_timeout_ms
+        self.max_rdy_count = DEFAULT_MAX_RDY_COUNT
+        if max_frame_size is None:
+            max_frame_size = max(DEFAULT_MAX_FRAME_SIZE, max_msg_size + 30)
+        self._message_class = message_class
+        self._decoder = FrameDecoder(max_frame_size, message_class)
+        self._codec: StreamCodec | None = None
+        self._out: list[bytes] = []
+        self._pending: deque[str] = deque()
+        self._eof = False
+        self._awaiting_tls = False
+        self.state = _NEW
+        self.server_info: dict[str, Any] = {}
+        self.auth_info: dict[str, Any] | None = None
+        self.tls = False
+        self.compression: str | None = None
+        self.error: BaseException | None = None
+
+    # -- introspection -------------------------------------------------------------
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """Commands sent and still waiting for their reply, oldest first."""
+        return tuple(self._pending)
+
+    @property
+    def heartbeats_disabled(self) -> bool:
+        return bool(self._identify) and self._identify.get("heartbeat_interval") == -1  # type: ignore[union-attr]
+
+    # -- output --------------------------------------------------------------------
+
+    def data_to_send(self) -> bytes:
+        """Everything queued since the last call, compressed if compression is on."""
+        out = self._out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        if self._codec is not None:
+            data = self._codec.compress(data)
+        return data
+
+    def _queue(self, data: bytes, reply_to: str | None = None) -> None:
+        self._out.append(data)
+        if reply_to is not None:
+            self._pending.append(reply_to)
+
+    def _check(self, command: str) -> None:
+        state = self.state
+        if state in _ALLOWED[command]:
+            return
+        if state is _CLOSED or state is _FAILED:
+            raise NSQConnectionClosedError(
+                f"cannot send {command}: the connection is {state.value}"
+                + (f" ({self.error})" if self.error else "")
+            )
+        raise NSQStateError(f"cannot send {command} in state {state.value.upper()}")
+
+    # -- handshake -----------------------------------------------------------------
+
+    def initiate(self) -> None:
+        """Queue the magic and IDENTIFY (or AUTH, or nothing) to open the connection."""
+        if self.state is not _NEW:
+            raise NSQStateError("initiate() was already called")
+        self._queue(MAGIC_V2)
+        if self._identify is not None:
+            self._queue(commands.encode_identify(self._identify), "IDENTIFY")
+            self.state = _HANDSHAKING
+        elif self._auth_secret is not None:
+            self._queue(commands.encode_auth(self._auth_secret), "AUTH")
+            self.state = _HANDSHAKING
+        else:
+            self.state = _READY
+
+    def tls_established(self) -> None:
+        """The driver finished the TLS handshake; nsqd now sends ``OK`` over TLS."""
+        if not self._awaiting_tls:
+            raise NSQStateError("tls_established() called but no TLS upgrade was negotiated")
+        self._awaiting_tls = False
+        self.tls = True
+        self._pending.append("TLS")
+
+    def _on_handshake_reply(self, command: str, data: bytes) -> Event | None:
+        if command == "IDENTIFY":
+            return self._on_identify(data)
+        if command == "TLS":
+            self._expect_ok(command, data)
+            self._start_compression()
+            return None
+        if command in ("SNAPPY", "DEFLATE"):
+            self._expect_ok(command, data)
+            self._start_auth()
+            return None
+        if command == "AUTH":
+            self.auth_info = self._parse_json(command, data)
+            self.state = _READY
+            return None
+        raise AssertionError(command)  # pragma: no cover
+
+    def _expect_ok(self, command: str, data: bytes) -> None:
+        if data != OK:
+            raise NSQProtocolError(f"expected OK after the {command} upgrade, got {data[:80]!r}")
+
+    @staticmethod
+    def _parse_json(command: str, data: bytes) -> dict[str, Any]:
+        try:
+            value = json.loads(data)
+        except ValueError:
+            raise NSQProtocolError(f"{command} response is not JSON: {data[:80]!r}") from None
+        if not isinstance(value, dict):
+            raise NSQProtocolError(f"{command} response is not a JSON object: {data[:80]!r}")
+        return value
+
+    def _on_identify(self, data: bytes) -> Event | None:
+        requested = self._identify or {}
+        if data == OK:
+            self.server_info = {"response": "OK"}
+        else:
+            self.server_info = self._parse_json("IDENTIFY", data)
+        info = self.server_info
+        max_rdy = info.get("max_rdy_count")
+        if isinstance(max_rdy, int) and max_rdy >= 0:
+            self.max_rdy_count = max_rdy
+        if requested.get("tls_v1") and not info.get("tls_v1"):
+            # nsqd would carry on in plaintext; a client that asked for TLS must not.
+            raise NSQTLSError(
+                "TLS was requested but nsqd did not negotiate it (tls_v1=false in the IDENTIFY "
+                "response): the server has no TLS certificate configured"
+            )
+        if info.get("tls_v1"):
+            self._awaiting_tls = True
+            return StartTLS()
+        self._start_compression()
+        return None
+
+    def _start_compression(self) -> None:
+        info = self.server_info
+        codec: StreamCodec
+        if info.get("snappy"):
+            codec, command = SnappyCodec(), "SNAPPY"
+        elif info.get("deflate"):
+            level = (self._identify or {}).get("deflate_level") or DEFAULT_DEFLATE_LEVEL
+            codec, command = DeflateCodec(int(level)), "DEFLATE"
+        else:
+            self._start_auth()
+            return
+        # nsqd switches right after its last plain frame: whatever follows is compressed.
+        leftover = self._decoder.take_buffered()
+        self._codec = codec
+        self.compression = codec.name
+        self._pending.append(command)
+        if leftover:
+            self._decoder.feed(codec.decompress(leftover))
+
+    def _start_auth(self) -> None:
+        if self.server_info.get("auth_required"):
+            if not self._auth_secret:
+                raise NSQAuthError(
+                    "nsqd requires AUTH (auth_required=true) but no AUTH secret is configured; "
+                    "set the connection's password (AUTH secret)"
+                )
+            self._queue(commands.encode_auth(self._auth_secret), "AUTH")
+        else:
+            self.state = _READY
+
+    # -- commands ------------------------------------------------------------------
+
+    def pub(self, topic: str, body: bytes) -> None:
+        self._check("PUB")
+        self._queue(commands.encode_pub(topic, body, self.max_msg_size), "PUB")
+
+    def dpub(self, topic: str, delay_ms: int, body: bytes) -> None:
+        self._check("DPUB")
+        data = commands.encode_dpub(
+            topic, delay_ms, body, self.max_msg_size, self.max_req_timeout_ms
+        )
+        self._queue(data, "DPUB")
+
+    def mpub(self, topic: str, bodies: Sequence[bytes]) -> None:
+        """One MPUB frame; split larger batches with :func:`commands.split_mpub`."""
+        self._check("MPUB")
+        data = commands.encode_mpub(topic, bodies, self.max_msg_size, self.max_body_size)
+        self._queue(data, "MPUB")
+
+    def sub(self, topic: str, channel: str) -> None:
+        self._check("SUB")
+        if self.heartbeats_disabled:
+            raise NSQStateError("cannot SUB with heartbeats disabled (heartbeat_interval=-1)")
+        self._queue(commands.encode_sub(topic, channel), "SUB")
+        self.state = _SUBSCRIBED
+
+    def rdy(self, count: int) -> None:
+        self._check("RDY")
+        self._queue(commands.encode_rdy(count, self.max_rdy_count))
+
+    def fin(self, raw_id: bytes) -> None:
+        self._check("FIN")
+        self._queue(commands.encode_fin(raw_id))
+
+    def fin_many(self, raw_ids: Sequence[bytes]) -> None:
+        """FIN several messages in one write (what keeps nsqd fast: FACTS.md sec. 6)."""
+        self._check("FIN")
+        self._queue(b"".join(map(commands.encode_fin, raw_ids)))
+
+    def req(self, raw_id: bytes, delay_ms: int = 0) -> None:
+        self._check("REQ")
+        self._queue(commands.encode_req(raw_id, delay_ms, self.max_req_timeout_ms))
+
+    def touch(self, raw_id: bytes) -> None:
+        self._check("TOUCH")
+        self._queue(commands.encode_touch(raw_id))
+
+    def nop(self) -> None:
+        self._check("NOP")
+        self._queue(commands.NOP)
+
+    def cls(self) -> None:
+        self._check("CLS")
+        self._queue(commands.CLS, "CLS")
+        self.state = _CLOSING
+
+    def close(self) -> None:
+        """The driver closed (or is closing) its transport."""
+        if self.state not in (_CLOSED, _FAILED):
+            self.state = _CLOSED
+        self._pending.clear()
+        self._out.clear()
+
+    # -- input ---------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes read from the transport; ``b""`` means the server closed it."""
+        if not data:
+            self._eof = True
+            return
+        if self.state is _CLOSED or self.state is _FAILED:
+            return
+        if self._codec is not None:
+            data = self._codec.decompress(data)
+        self._decoder.feed(data)
+
+    def events(self) -> list[Event]:
+        """Every event the received bytes complete, in order."""
+        out: list[Event] = []
+        try:
+            if self.state is _HANDSHAKING:
+                self._handshake_events(out)
+            if self.state is not _HANDSHAKING and self.state is not _FAILED:
+                self._steady_events(self._decoder.frames(), out)
+        except (NSQProtocolError, NSQTLSError, NSQAuthError) as exc:
+            self._fail(exc)
+            raise
+        if self._eof and self.state is not _CLOSED:
+            lost = tuple(self._pending)
+            if self.state is not _FAILED:
+                self.state = _CLOSED
+                self.error = self.error or NSQConnectionClosedError("nsqd closed the connection")
+            self._pending.clear()
+            out.append(ConnectionClosed(lost))
+        return out
+
+    def _fail(self, exc: BaseException) -> None:
+        self.state = _FAILED
+        self.error = exc
+        self._pending.clear()
+
+    def _handshake_events(self, out: list[Event]) -> None:
+        # One frame at a time: the stream may change encoding after any handshake reply.
+        decoder = self._decoder
+        while self.state is _HANDSHAKING and not self._awaiting_tls:
+            frame = decoder.next_frame()
+            if frame is None:
+                return
+            if isinstance(frame, ResponseFrame):
+                if frame.data == HEARTBEAT:
+                    self._queue(commands.NOP)
+                    out.append(HEARTBEAT_EVENT)
+                    continue
+                command = self._pop_pending(frame.data)
+                event = self._on_handshake_reply(command, frame.data)
+                if event is not None:
+                    out.append(event)
+            elif isinstance(frame, ErrorFrame):
+                self._on_error(frame, out)
+            else:
+                raise NSQProtocolError("message frame received during the handshake")
+
+    def _pop_pending(self, data: bytes) -> str:
+        try:
+            return self._pending.popleft()
+        except IndexError:
+            raise NSQProtocolError(f"unexpected response with no command pending: {data[:80]!r}") from None
+
+    def _on_error(self, frame: ErrorFrame, out: list[Event]) -> bool:
+        error = frame.error()
+        if not error.fatal:
+            out.append(ServerWarning(error))
+            return False
+        command = self._pending.popleft() if self._pending else None
+        self._fail(error)
+        out.append(CommandFailed(command, error))
+        return True
+
+    def _steady_events(self, frames: list[Any], out: list[Event]) -> None:
+        msg_class = self._message_class
+        append = out.append
+        for frame in frames:
+            cls = frame.__class__
+            if cls is msg_class:
+                append(frame)
+            elif cls is ResponseFrame:
+                data = frame.data
+                if data == HEARTBEAT:
+                    self._queue(commands.NOP)
+                    append(HEARTBEAT_EVENT)
+                    continue
+                command = self._pop_pending(data)
+                if command == "CLS" and data != CLOSE_WAIT:
+                    raise NSQProtocolError(f"expected CLOSE_WAIT after CLS, got {data[:80]!r}")
+                append(Reply(command, data))
+            elif cls is ErrorFrame:
+                if self._on_error(frame, out):
+                    return  # fatal: nsqd closes; nothing after it is meaningful
+            elif isinstance(frame, Message):
+                append(frame)
+            else:  # pragma: no cover
+                raise NSQProtocolError(f"unexpected frame {frame!r}")

@@ -1,0 +1,78 @@
+"""One exception hierarchy for the whole provider.
+
+Three kinds, as in h11/wsproto: the caller asked for something the protocol or the
+server's limits forbid (:class:`NSQValueError`, :class:`NSQStateError`), the server
+broke the protocol (:class:`NSQProtocolError`), or the server refused a command with an
+error frame (:class:`NSQServerError`, carrying nsqd's code and text). Transport
+failures are :class:`NSQConnectionError` / :class:`NSQTimeoutError`.
+"""
+
+from __future__ import annotations
+
+from .constants import NON_FATAL_ERROR_CODES
+
+
+class NSQError(Exception):
+    """Base class of every error this provider raises."""
+
+
+class NSQValueError(NSQError, ValueError):
+    """A value was rejected before anything was sent (bad name, size, delay, option)."""
+
+
+class NSQStateError(NSQError, RuntimeError):
+    """A command is not allowed in the connection's current state."""
+
+
+class NSQProtocolError(NSQError):
+    """The peer sent bytes that are not valid NSQ (or not NSQ at all)."""
+
+
+class NSQFrameTooLargeError(NSQProtocolError):
+    """A frame's size prefix exceeds the configured limit."""
+
+
+class NSQServerError(NSQError):
+    """nsqd answered with an error frame: ``<CODE> <description>``.
+
+    ``fatal`` is true for every code except E_FIN_FAILED, E_REQ_FAILED and
+    E_TOUCH_FAILED: after a fatal error nsqd closes the connection.
+    """
+
+    def __init__(self, code: str, description: str = "") -> None:
+        self.code = code
+        self.description = description
+        super().__init__(f"{code} {description}" if description else code)
+
+    @property
+    def fatal(self) -> bool:
+        return self.code not in NON_FATAL_ERROR_CODES
+
+    @classmethod
+    def from_payload(cls, payload: bytes) -> NSQServerError:
+        text = payload.decode("utf-8", "replace")
+        code, _, description = text.partition(" ")
+        return cls(code, description)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.code, self.description))
+
+
+class NSQConnectionError(NSQError, ConnectionError):
+    """The connection could not be opened, or broke, or was closed by the server."""
+
+
+class NSQConnectionClosedError(NSQConnectionError):
+    """The server closed the connection (EOF or reset) or the client already closed it."""
+
+
+class NSQTimeoutError(NSQError, TimeoutError):
+    """No answer within the configured timeout."""
+
+
+class NSQTLSError(NSQConnectionError):
+    """TLS was requested but could not be set up (not negotiated, or handshake failed)."""
+
+
+class NSQAuthError(NSQError):
+    """nsqd requires AUTH and no secret is configured."""

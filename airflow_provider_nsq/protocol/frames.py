@@ -1,0 +1,261 @@
+"""Server frames: values, an incremental decoder, and encoders (for servers and tests).
+
+Layout (FACTS.md section 1)::
+
+    frame    = [u32be size][u32be frame_type][payload]     size = 4 + len(payload)
+    message  = [i64be timestamp_ns][u16be attempts][16-byte id][body]
+
+The decoder is binary-safe and allocates a frame only once its size has been checked
+against ``max_frame_size``; "incomplete frame" is a normal outcome, not an exception.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .constants import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FRAME_HEADER_SIZE,
+    HEARTBEAT,
+    HTTP_AS_FRAME_SIZE,
+    MESSAGE_HEADER_SIZE,
+    MESSAGE_ID_LENGTH,
+    FrameType,
+)
+from .errors import NSQFrameTooLargeError, NSQProtocolError, NSQServerError
+
+_FRAME_HEADER = struct.Struct(">II")
+_MESSAGE_HEADER = struct.Struct(">IIqH16s")  # frame header + message header, one unpack
+_MESSAGE_ONLY_HEADER = struct.Struct(">qH")
+_MESSAGE_PREFIX = _MESSAGE_HEADER.size  # 34
+
+
+class Message:
+    """A message as nsqd delivered it. ``id`` is the 16-character id as text."""
+
+    __slots__ = ("attempts", "body", "raw_id", "timestamp")
+
+    def __init__(self, timestamp: int, attempts: int, raw_id: bytes, body: bytes) -> None:
+        self.timestamp = timestamp  # ns since the epoch, set when it was published
+        self.attempts = attempts  # 1 on first delivery, +1 on each redelivery
+        self.raw_id = raw_id  # 16 ASCII bytes, echoed verbatim by FIN/REQ/TOUCH
+        self.body = body
+
+    @property
+    def id(self) -> str:
+        return self.raw_id.decode("ascii", "replace")
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 40 else self.body[:40] + b"..."
+        return (
+            f"{type(self).__name__}(id={self.id!r}, attempts={self.attempts}, "
+            f"timestamp={self.timestamp}, body={body!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (self.timestamp, self.attempts, self.raw_id, self.body) == (
+            other.timestamp,
+            other.attempts,
+            other.raw_id,
+            other.body,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ResponseFrame:
+    """A type-0 frame: ``OK``, ``CLOSE_WAIT``, ``_heartbeat_`` or a JSON document."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return self.data == HEARTBEAT
+
+    def __repr__(self) -> str:
+        return f"ResponseFrame({self.data!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResponseFrame) and other.data == self.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ErrorFrame:
+    """A type-1 frame: ``<CODE> <description>``."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def error(self) -> NSQServerError:
+        return NSQServerError.from_payload(self.data)
+
+    def __repr__(self) -> str:
+        return f"ErrorFrame({self.data!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ErrorFrame) and other.data == self.data
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+Frame = ResponseFrame | ErrorFrame | Message
+
+
+def _bad_size(size: int, max_frame_size: int) -> NSQProtocolError:
+    if size == HTTP_AS_FRAME_SIZE:
+        return NSQProtocolError(
+            "the server answered with HTTP, not NSQ: this address is nsqd's HTTP port "
+            "(default 4151); point the connection at its TCP port (default 4150)"
+        )
+    if size < 4:
+        return NSQProtocolError(f"invalid frame size {size}: a frame is at least 4 bytes")
+    if size >= 1 << 31:
+        return NSQFrameTooLargeError(
+            f"invalid frame size {size} (negative as a signed 32-bit integer)"
+        )
+    return NSQFrameTooLargeError(
+        f"frame of {size} bytes exceeds the limit of {max_frame_size} bytes; raise "
+        "max_frame_size if nsqd runs with a larger --max-msg-size"
+    )
+
+
+class FrameDecoder:
+    """Feed bytes in, get frames out.
+
+    ``feed(data)`` appends; ``next_frame()`` returns one complete frame or ``None``;
+    ``frames()`` returns every complete frame at once (the fast path for consumers).
+    Frames larger than ``max_frame_size`` or with a size below 4 raise
+    :class:`NSQProtocolError` as soon as their header arrives.
+    """
+
+    __slots__ = ("_buf", "_message_class", "max_frame_size")
+
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        message_class: type[Message] = Message,
+    ) -> None:
+        if max_frame_size < 4:
+            raise ValueError("max_frame_size must be at least 4")
+        self.max_frame_size = max_frame_size
+        self._message_class = message_class
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet decoded into a frame."""
+        return len(self._buf)
+
+    def take_buffered(self) -> bytes:
+        """Remove and return the undecoded bytes (used when the stream changes encoding)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
+    def next_frame(self) -> Frame | None:
+        buf = self._buf
+        if len(buf) < FRAME_HEADER_SIZE:
+            return None
+        size, ftype = _FRAME_HEADER.unpack_from(buf, 0)
+        if size > self.max_frame_size or size < 4:
+            raise _bad_size(size, self.max_frame_size)
+        stop = 4 + size
+        if len(buf) < stop:
+            return None
+        payload = bytes(buf[FRAME_HEADER_SIZE:stop])
+        del buf[:stop]
+        return _make_frame(ftype, payload, self._message_class)
+
+    def frames(self) -> list[Frame]:
+        buf = self._buf
+        end = len(buf)
+        if end < FRAME_HEADER_SIZE:
+            return []
+        out: list[Frame] = []
+        append = out.append
+        pos = 0
+        limit = self.max_frame_size
+        msg_class = self._message_class
+        unpack_header = _FRAME_HEADER.unpack_from
+        unpack_message = _MESSAGE_HEADER.unpack_from
+        view = memoryview(buf)
+        try:
+            while end - pos >= FRAME_HEADER_SIZE:
+                size, ftype = unpack_header(buf, pos)
+                if size > limit or size < 4:
+                    raise _bad_size(size, limit)
+                stop = pos + 4 + size
+                if stop > end:
+                    break
+                if ftype == 2 and size >= 4 + MESSAGE_HEADER_SIZE:
+                    _, _, timestamp, attempts, raw_id = unpack_message(buf, pos)
+                    append(msg_class(timestamp, attempts, raw_id, bytes(view[pos + _MESSAGE_PREFIX : stop])))
+                else:
+                    append(_make_frame(ftype, bytes(view[pos + FRAME_HEADER_SIZE : stop]), msg_class))
+                pos = stop
+        finally:
+            view.release()
+            if pos:
+                del buf[:pos]
+        return out
+
+
+def _make_frame(ftype: int, payload: bytes, message_class: type[Message]) -> Frame:
+    if ftype == FrameType.RESPONSE:
+        return ResponseFrame(payload)
+    if ftype == FrameType.ERROR:
+        return ErrorFrame(payload)
+    if ftype == FrameType.MESSAGE:
+        return parse_message(payload, message_class)
+    raise NSQProtocolError(f"unknown frame type {ftype}")
+
+
+def parse_message(payload: bytes, message_class: type[Message] = Message) -> Message:
+    """Parse a type-2 payload: timestamp, attempts, 16-byte id, body (bytes, untouched)."""
+    if len(payload) < MESSAGE_HEADER_SIZE:
+        raise NSQProtocolError(
+            f"message frame of {len(payload)} bytes is shorter than the "
+            f"{MESSAGE_HEADER_SIZE}-byte message header"
+        )
+    timestamp, attempts = _MESSAGE_ONLY_HEADER.unpack_from(payload, 0)
+    return message_class(
+        timestamp, attempts, payload[10 : 10 + MESSAGE_ID_LENGTH], payload[MESSAGE_HEADER_SIZE:]
+    )
+
+
+# Encoders for the server side: the embedded broker and scripted test servers use them.
+
+
+def encode_frame(frame_type: int, payload: bytes) -> bytes:
+    return _FRAME_HEADER.pack(4 + len(payload), frame_type) + payload
+
+
+def encode_response(data: bytes) -> bytes:
+    return encode_frame(FrameType.RESPONSE, data)
+
+
+def encode_error(code: str, description: str = "") -> bytes:
+    text = f"{code} {description}" if description else code
+    return encode_frame(FrameType.ERROR, text.encode())
+
+
+def encode_message(timestamp: int, attempts: int, raw_id: bytes, body: bytes) -> bytes:
+    if len(raw_id) != MESSAGE_ID_LENGTH:
+        raise ValueError("message id must be 16 bytes")
+    return (
+        _FRAME_HEADER.pack(4 + MESSAGE_HEADER_SIZE + len(body), FrameType.MESSAGE)
+        + _MESSAGE_ONLY_HEADER.pack(timestamp, attempts)
+        + raw_id
+        + body
+    )

@@ -1,0 +1,52 @@
+"""Topic and channel names (FACTS.md section 5).
+
+nsqd accepts ``^[.a-zA-Z0-9_-]+(#ephemeral)?$`` and 1 to 64 characters, the
+``#ephemeral`` suffix included.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import NSQValueError
+
+MAX_NAME_LENGTH = 64
+EPHEMERAL_SUFFIX = "#ephemeral"
+
+# fullmatch, not "$": Python's "$" also matches before a trailing newline, Go's does not.
+_NAME_RE = re.compile(r"[.a-zA-Z0-9_-]+(#ephemeral)?")
+
+
+def is_valid_name(name: str) -> bool:
+    """True when nsqd accepts ``name`` as a topic or channel name."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_NAME_LENGTH
+        and _NAME_RE.fullmatch(name) is not None
+    )
+
+
+def is_ephemeral(name: str) -> bool:
+    return name.endswith(EPHEMERAL_SUFFIX)
+
+
+def _validate(kind: str, name: object) -> str:
+    if not isinstance(name, str):
+        raise NSQValueError(f"{kind} name must be a str, got {type(name).__name__}: {name!r}")
+    if is_valid_name(name):
+        return name
+    if not 0 < len(name) <= MAX_NAME_LENGTH:
+        reason = f"it is {len(name)} characters long; nsqd allows 1 to {MAX_NAME_LENGTH}"
+    else:
+        reason = "nsqd allows only letters, digits, '.', '_', '-' and an optional '#ephemeral' suffix"
+    raise NSQValueError(f"invalid {kind} name {name!r}: {reason}")
+
+
+def validate_topic_name(topic: object) -> str:
+    """Return ``topic`` or raise :class:`NSQValueError` saying what is wrong with it."""
+    return _validate("topic", topic)
+
+
+def validate_channel_name(channel: object) -> str:
+    """Return ``channel`` or raise :class:`NSQValueError` saying what is wrong with it."""
+    return _validate("channel", channel)
