@@ -35,8 +35,8 @@ from ..protocol.errors import (
 )
 from .config import ClientConfig
 from .message import NSQMessage
-from .window import AckMode, check_window, idle_limit_s, new_core, with_context
 from .tls import build_ssl_context, describe_tls_error
+from .window import AckMode, check_window, idle_limit_s, new_core, with_context
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +204,7 @@ class NSQConnection:
         for batch in batches:
             core.mpub(topic, batch)
         self._flush()
-        done = 0
-        for batch in batches:
+        for done in range(len(batches)):
             try:
                 self._wait_reply("MPUB")
             except NSQError as exc:
@@ -215,7 +214,6 @@ class NSQConnection:
                 raise with_context(
                     exc, f"(nsqd had accepted {done} MPUB frames with {sent} messages before)"
                 ) from exc
-            done += 1
         return len(batches)
 
     def _prepare_publish(self) -> ClientConnection:
@@ -293,9 +291,7 @@ class NSQConnection:
         self._respond_all((message,), command, delay_ms)
         self._flush()
 
-    def _respond_all(
-        self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0
-    ) -> None:
+    def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
         core = self._require_core()
         todo = [m for m in messages if not m._responded]
         if not todo:

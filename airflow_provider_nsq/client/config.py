@@ -95,16 +95,22 @@ class ClientConfig:
             if not isinstance(getattr(self, name), str):
                 raise bad(name, "expected a string")
         hb = self.heartbeat_interval_ms
-        if hb is not None and not (_is_int(hb) and (hb in (-1, 0) or hb >= MIN_HEARTBEAT_INTERVAL_MS)):
+        if hb is not None and not (
+            _is_int(hb) and (hb in (-1, 0) or hb >= MIN_HEARTBEAT_INTERVAL_MS)
+        ):
             raise bad(
                 "heartbeat_interval_ms",
                 f"expected -1 (off), 0 (server default) or >= {MIN_HEARTBEAT_INTERVAL_MS} ms",
             )
         mt = self.msg_timeout_ms
         if mt is not None and not (_is_int(mt) and (mt == 0 or mt >= MIN_MSG_TIMEOUT_MS)):
-            raise bad("msg_timeout_ms", f"expected 0 (server default) or >= {MIN_MSG_TIMEOUT_MS} ms")
+            raise bad(
+                "msg_timeout_ms", f"expected 0 (server default) or >= {MIN_MSG_TIMEOUT_MS} ms"
+            )
         obs = self.output_buffer_size
-        if obs is not None and not (_is_int(obs) and (obs in (-1, 0) or obs >= MIN_OUTPUT_BUFFER_SIZE)):
+        if obs is not None and not (
+            _is_int(obs) and (obs in (-1, 0) or obs >= MIN_OUTPUT_BUFFER_SIZE)
+        ):
             raise bad("output_buffer_size", f"expected -1, 0 or >= {MIN_OUTPUT_BUFFER_SIZE} bytes")
         obt = self.output_buffer_timeout_ms
         if obt is not None and not (
@@ -141,7 +147,7 @@ class ClientConfig:
     def effective_heartbeat_interval_ms(self) -> int:
         """The interval nsqd will use: -1 when disabled."""
         hb = self.heartbeat_interval_ms
-        return DEFAULT_HEARTBEAT_INTERVAL_MS if not hb else hb
+        return hb if hb else DEFAULT_HEARTBEAT_INTERVAL_MS
 
     def replace(self, **changes: Any) -> ClientConfig:
         return dataclasses.replace(self, **changes)

@@ -19,7 +19,9 @@ def build_ssl_context(config: ClientConfig) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(cafile=config.tls_ca_file)
     except ssl.SSLError as exc:
-        raise NSQTLSError(f"tls_ca_file {config.tls_ca_file!r} is not a valid CA bundle: {exc.reason}") from None
+        raise NSQTLSError(
+            f"tls_ca_file {config.tls_ca_file!r} is not a valid CA bundle: {exc.reason}"
+        ) from None
     if not config.tls_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

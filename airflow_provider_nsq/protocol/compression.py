@@ -65,7 +65,7 @@ class SnappyCodec:
 
     def compress(self, data: bytes) -> bytes:
         # The first call also emits the stream identifier chunk nsqd's reader expects.
-        return self._compressor.add_chunk(data)  # type: ignore[no-any-return]
+        return bytes(self._compressor.add_chunk(data))
 
     def decompress(self, data: bytes) -> bytes:
         try:

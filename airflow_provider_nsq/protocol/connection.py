@@ -440,7 +440,9 @@ class ClientConnection:
         try:
             return self._pending.popleft()
         except IndexError:
-            raise NSQProtocolError(f"unexpected response with no command pending: {data[:80]!r}") from None
+            raise NSQProtocolError(
+                f"unexpected response with no command pending: {data[:80]!r}"
+            ) from None
 
     def _on_error(self, frame: ErrorFrame, out: list[Event]) -> bool:
         error = frame.error()

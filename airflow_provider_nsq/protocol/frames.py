@@ -200,9 +200,15 @@ class FrameDecoder:
                     break
                 if ftype == 2 and size >= 4 + MESSAGE_HEADER_SIZE:
                     _, _, timestamp, attempts, raw_id = unpack_message(buf, pos)
-                    append(msg_class(timestamp, attempts, raw_id, bytes(view[pos + _MESSAGE_PREFIX : stop])))
+                    append(
+                        msg_class(
+                            timestamp, attempts, raw_id, bytes(view[pos + _MESSAGE_PREFIX : stop])
+                        )
+                    )
                 else:
-                    append(_make_frame(ftype, bytes(view[pos + FRAME_HEADER_SIZE : stop]), msg_class))
+                    append(
+                        _make_frame(ftype, bytes(view[pos + FRAME_HEADER_SIZE : stop]), msg_class)
+                    )
                 pos = stop
         finally:
             view.release()

@@ -38,7 +38,9 @@ def _validate(kind: str, name: object) -> str:
     if not 0 < len(name) <= MAX_NAME_LENGTH:
         reason = f"it is {len(name)} characters long; nsqd allows 1 to {MAX_NAME_LENGTH}"
     else:
-        reason = "nsqd allows only letters, digits, '.', '_', '-' and an optional '#ephemeral' suffix"
+        reason = (
+            "nsqd allows only letters, digits, '.', '_', '-' and an optional '#ephemeral' suffix"
+        )
     raise NSQValueError(f"invalid {kind} name {name!r}: {reason}")
 
 

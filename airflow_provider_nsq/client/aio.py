@@ -1,0 +1,507 @@
+"""asyncio driver: an :class:`asyncio.Protocol` feeding :class:`ClientConnection`.
+
+A Protocol rather than streams: bytes go straight from the transport into the decoder
+(no StreamReader copy), and ``loop.start_tls`` upgrades it in place on every supported
+Python. Replies are matched to waiting calls in order (a FIFO of futures), so several
+tasks may publish on one connection concurrently and their commands are pipelined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from ..protocol.commands import split_mpub
+from ..protocol.connection import (
+    ClientConnection,
+    CommandFailed,
+    ConnectionClosed,
+    ConnectionState,
+    Heartbeat,
+    Reply,
+    ServerWarning,
+    StartTLS,
+)
+from ..protocol.errors import (
+    NSQConnectionClosedError,
+    NSQConnectionError,
+    NSQError,
+    NSQServerError,
+    NSQStateError,
+    NSQTimeoutError,
+    NSQValueError,
+)
+from .config import ClientConfig
+from .message import NSQMessage
+from .tls import build_ssl_context, describe_tls_error
+from .window import AckMode, check_window, new_core, with_context
+
+log = logging.getLogger(__name__)
+
+_CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, owner: AsyncNSQConnection) -> None:
+        self._owner = owner
+
+    def data_received(self, data: bytes) -> None:
+        self._owner._on_data(data)
+
+    def eof_received(self) -> bool:
+        self._owner._on_data(b"")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._owner._on_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._owner._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._owner._writable.set()
+
+
+class AsyncNSQConnection:
+    """An asyncio connection to one nsqd. Same semantics as the blocking
+    :class:`~airflow_provider_nsq.client.blocking.NSQConnection`: publishes return after
+    nsqd's OK; heartbeats are answered as they arrive."""
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self._transport: asyncio.Transport | None = None
+        self._core: ClientConnection | None = None
+        self._waiters: deque[asyncio.Future[bytes]] = deque()
+        self._handshake: asyncio.Future[None] | None = None
+        self._messages: list[NSQMessage] = []
+        self._held: list[NSQMessage] = []
+        self._message_event = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._failure: NSQError | None = None
+        self._subscribed = False
+        self._flush_scheduled = False
+        self._tls_task: asyncio.Future[None] | None = None
+        self.warnings: list[NSQServerError] = []
+        self.connects = 0
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncNSQConnection:
+        if self._transport is None:
+            await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = self._core.state.value if self._core else "not connected"
+        return f"<AsyncNSQConnection {self.config.address} {state}>"
+
+    @property
+    def connected(self) -> bool:
+        return self._core is not None and self._core.state not in _CLOSED_STATES
+
+    @property
+    def server_info(self) -> dict:
+        core = self._require_core()
+        return dict(core.server_info)
+
+    @property
+    def max_rdy_count(self) -> int:
+        return self._require_core().max_rdy_count
+
+    async def connect(self) -> AsyncNSQConnection:
+        """Open the connection and run the handshake within ``connect_timeout``."""
+        self._teardown()
+        cfg = self.config
+        try:
+            await asyncio.wait_for(self._open(), cfg.connect_timeout)
+        except asyncio.TimeoutError:
+            self._teardown()
+            raise NSQTimeoutError(
+                f"could not connect to nsqd at {cfg.address} and complete the handshake "
+                f"within {cfg.connect_timeout:g}s"
+            ) from None
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    async def _open(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self._handshake = loop.create_future()
+        try:
+            transport, _ = await loop.create_connection(lambda: _Protocol(self), cfg.host, cfg.port)
+        except OSError as exc:
+            raise NSQConnectionError(
+                f"could not connect to nsqd at {cfg.address}: {exc.strerror or exc}"
+            ) from None
+        self._transport = transport
+        self.connects += 1
+        self._core = core = new_core(cfg, NSQMessage)
+        core.initiate()
+        self._flush()
+        await self._handshake
+
+    async def close(self) -> None:
+        """REQ messages still held unanswered, then close the transport."""
+        core = self._core
+        if core is not None and core.state in (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING):
+            held = [m for m in (*self._held, *self._messages) if not m._responded]
+            try:
+                if held:
+                    self._respond_all(held, "REQ")
+                self._flush()
+            except NSQError:
+                pass
+        transport = self._transport
+        self._teardown()
+        if transport is not None:
+            await asyncio.sleep(0)  # let the transport write what is buffered
+
+    def _teardown(self) -> None:
+        if self._core is not None:
+            self._core.close()
+        if self._transport is not None:
+            self._transport.close()
+        self._transport = None
+        self._core = None
+        self._fail_waiters(NSQConnectionClosedError("the connection was closed by the client"))
+        self._messages = []
+        self._held = []
+        self._failure = None
+        self._subscribed = False
+        self._flush_scheduled = False
+
+    # -- transport callbacks -------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        core = self._core
+        if core is None:
+            return
+        core.receive_data(data)
+        try:
+            events = core.events()
+        except NSQError as exc:
+            self._fail(exc)
+            return
+        messages = self._messages
+        got_message = False
+        for event in events:
+            cls = event.__class__
+            if cls is NSQMessage:
+                event._conn = self  # type: ignore[union-attr]
+                messages.append(event)  # type: ignore[arg-type]
+                got_message = True
+            elif cls is Reply:
+                self._resolve(event.data)  # type: ignore[union-attr]
+            elif cls is Heartbeat:
+                self._flush()
+            elif cls is ServerWarning:
+                log.warning("nsqd at %s: %s", self.config.address, event.error)  # type: ignore[union-attr]
+                self.warnings.append(event.error)  # type: ignore[union-attr]
+            elif cls is CommandFailed:
+                self._fail(event.error)  # type: ignore[union-attr]
+            elif cls is ConnectionClosed:
+                self._fail(
+                    NSQConnectionClosedError(
+                        f"nsqd at {self.config.address} closed the connection"
+                    ),
+                    only_waiters=True,
+                )
+            elif cls is StartTLS:
+                self._tls_task = asyncio.ensure_future(self._start_tls())
+        if got_message:
+            self._message_event.set()
+        if (
+            self._handshake is not None
+            and not self._handshake.done()
+            and core.state is not ConnectionState.HANDSHAKING
+            and core.state not in _CLOSED_STATES
+        ):
+            self._flush()
+            self._handshake.set_result(None)
+
+    def _on_lost(self, exc: Exception | None) -> None:
+        core = self._core
+        if core is None:
+            return
+        if core.state not in _CLOSED_STATES:
+            core.receive_data(b"")
+            try:
+                self._on_data(b"")
+            except NSQError:
+                pass
+        self._fail(
+            NSQConnectionClosedError(f"connection to nsqd at {self.config.address} was lost"),
+            only_waiters=True,
+        )
+
+    def _resolve(self, data: bytes) -> None:
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # a cancelled caller still consumes its reply
+                waiter.set_result(data)
+
+    def _fail(self, error: NSQError, only_waiters: bool = False) -> None:
+        if not only_waiters or self._failure is None:
+            self._failure = self._failure or error
+        first = self._failure or error
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(first)
+        self._fail_waiters(
+            NSQConnectionClosedError(
+                f"nsqd at {self.config.address} closed the connection after: {first}"
+            )
+        )
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(first)
+        self._message_event.set()  # wake readers so they see the failure
+        if self._transport is not None and not isinstance(error, NSQServerError):
+            self._transport.close()
+
+    def _fail_waiters(self, error: NSQError) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    async def _start_tls(self) -> None:
+        cfg = self.config
+        core = self._core
+        transport = self._transport
+        if core is None or transport is None:
+            return
+        try:
+            context = build_ssl_context(cfg)
+            loop = asyncio.get_running_loop()
+            protocol = transport.get_protocol()
+            new_transport = await loop.start_tls(
+                transport, protocol, context, server_hostname=cfg.tls_server_name or cfg.host
+            )
+        except (ssl.SSLError, OSError) as exc:
+            self._fail(describe_tls_error(cfg, exc))
+            return
+        except NSQError as exc:
+            self._fail(exc)
+            return
+        if new_transport is None:  # pragma: no cover - only for a closing transport
+            self._fail(NSQConnectionClosedError("connection closed during the TLS upgrade"))
+            return
+        self._transport = new_transport
+        core.tls_established()
+
+    # -- output --------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        core = self._core
+        transport = self._transport
+        if core is None or transport is None:
+            return
+        data = core.data_to_send()
+        if data:
+            transport.write(data)
+
+    def _schedule_flush(self) -> None:
+        # FIN/REQ/TOUCH issued in one loop iteration go out in one write.
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    async def _request(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        self._waiters.append(waiter)
+        self._flush()
+        if not self._writable.is_set():
+            await self._writable.wait()
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiter), self.config.read_timeout)
+        except asyncio.TimeoutError:
+            # A late reply would be matched to the next command: drop the connection.
+            self._teardown()
+            raise NSQTimeoutError(
+                f"nsqd at {self.config.address} did not answer within {self.config.read_timeout:g}s"
+            ) from None
+
+    def _require_core(self) -> ClientConnection:
+        core = self._core
+        if core is None:
+            raise NSQStateError(f"not connected to nsqd at {self.config.address}: call connect()")
+        if core.state in _CLOSED_STATES:
+            raise NSQConnectionClosedError(
+                f"the connection to nsqd at {self.config.address} is closed"
+                + (f" ({self._failure})" if self._failure else "")
+            )
+        return core
+
+    async def _publisher(self) -> ClientConnection:
+        core = self._core
+        if core is not None and core.state not in _CLOSED_STATES:
+            return core
+        if self._subscribed:
+            self._require_core()  # raises: a subscription is never silently reopened
+        await self.connect()
+        return self._require_core()
+
+    # -- publishing ----------------------------------------------------------------
+
+    async def publish(self, topic: str, body: bytes) -> None:
+        (await self._publisher()).pub(topic, body)
+        await self._request()
+
+    async def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
+        (await self._publisher()).dpub(topic, delay_ms, body)
+        await self._request()
+
+    async def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
+        """MPUB in as few frames as fit nsqd's limits; returns the frame count."""
+        cfg = self.config
+        batches = split_mpub(bodies, cfg.max_msg_size, cfg.max_body_size)
+        if not batches:
+            raise NSQValueError("multi_publish needs at least one message")
+        core = await self._publisher()
+        loop = asyncio.get_running_loop()
+        waiters = []
+        for batch in batches:
+            core.mpub(topic, batch)
+            waiter: asyncio.Future[bytes] = loop.create_future()
+            self._waiters.append(waiter)
+            waiters.append(waiter)
+        self._flush()
+        for done, waiter in enumerate(waiters):
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), cfg.read_timeout)
+            except asyncio.TimeoutError:
+                self._teardown()
+                raise NSQTimeoutError(
+                    f"nsqd at {cfg.address} did not answer MPUB within {cfg.read_timeout:g}s"
+                ) from None
+            except NSQError as exc:
+                if not done:
+                    raise
+                sent = sum(len(b) for b in batches[:done])
+                raise with_context(
+                    exc, f"(nsqd had accepted {done} MPUB frames with {sent} messages before)"
+                ) from exc
+        return len(batches)
+
+    # -- subscribing ---------------------------------------------------------------
+
+    async def subscribe(self, topic: str, channel: str) -> None:
+        self._require_core().sub(topic, channel)
+        self._subscribed = True
+        await self._request()
+
+    def ready(self, count: int) -> None:
+        self._require_core().rdy(count)
+        self._flush()
+
+    async def read_messages(self, timeout: float | None = None) -> list[NSQMessage]:
+        """Wait up to ``timeout`` seconds for messages; return all that arrived."""
+        if not self._messages:
+            self._flush()
+            wait = self.config.read_timeout if timeout is None else timeout
+            self._message_event.clear()
+            if self._failure is None and self.connected:
+                try:
+                    await asyncio.wait_for(self._message_event.wait(), max(wait, 0))
+                except asyncio.TimeoutError:
+                    pass
+            if not self._messages and self._failure is not None:
+                raise self._failure
+            if not self._messages and not self.connected:
+                raise NSQConnectionClosedError(
+                    f"nsqd at {self.config.address} closed the connection"
+                )
+        messages = self._messages
+        self._messages = []
+        return messages
+
+    def finish(self, *messages: NSQMessage) -> None:
+        self._respond_all(messages, "FIN")
+        self._flush()
+
+    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None:
+        self._respond_all(messages, "REQ", delay_ms)
+        self._flush()
+
+    def touch(self, *messages: NSQMessage) -> None:
+        self._respond_all(messages, "TOUCH")
+        self._flush()
+
+    def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
+        self._respond_all((message,), command, delay_ms)
+        self._schedule_flush()
+
+    def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
+        core = self._require_core()
+        todo = [m for m in messages if not m._responded]
+        if not todo:
+            return
+        if command == "FIN":
+            core.fin_many([m.raw_id for m in todo])
+        elif command == "REQ":
+            for m in todo:
+                core.req(m.raw_id, delay_ms)
+        else:
+            for m in todo:
+                core.touch(m.raw_id)
+            return
+        for m in todo:
+            m._responded = True
+
+    async def start_close(self) -> None:
+        """CLS and wait for CLOSE_WAIT."""
+        self._require_core().cls()
+        await self._request()
+
+    async def consume(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        max_messages: int = 1,
+        timeout: float = 5.0,
+        ack: AckMode = "fin",
+        requeue_delay_ms: int = 0,
+    ) -> list[NSQMessage]:
+        """One subscribe window; see :meth:`NSQConnection.consume`."""
+        check_window(max_messages, timeout, ack, self.max_rdy_count)
+        await self.subscribe(topic, channel)
+        self.ready(max_messages)
+        deadline = time.monotonic() + timeout
+        got: list[NSQMessage] = []
+        while len(got) < max_messages:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            got.extend(await self.read_messages(remaining))
+        await self.start_close()
+        extra = self._messages
+        self._messages = []
+        room = max_messages - len(got)
+        got.extend(extra[:room])
+        if extra[room:]:
+            self.requeue(*extra[room:])
+        if ack == "fin":
+            self.finish(*got)
+        elif ack == "req":
+            self.requeue(*got, delay_ms=requeue_delay_ms)
+        else:
+            self._held = got
+        return got
+
+    def nop(self) -> None:
+        self._require_core().nop()
+        self._flush()
