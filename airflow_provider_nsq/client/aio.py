@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from ..protocol.commands import split_mpub
 from ..protocol.connection import (
+    HANDSHAKE_REPLIES,
     ClientConnection,
     CommandFailed,
     ConnectionClosed,
@@ -201,7 +202,8 @@ class AsyncNSQConnection:
                 messages.append(event)  # type: ignore[arg-type]
                 got_message = True
             elif cls is Reply:
-                self._resolve(event.data)  # type: ignore[union-attr]
+                if event.command not in HANDSHAKE_REPLIES:  # type: ignore[union-attr]
+                    self._resolve(event.data)  # type: ignore[union-attr]
             elif cls is Heartbeat:
                 self._flush()
             elif cls is ServerWarning:

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from ..protocol.connection import (
+    HANDSHAKE_REPLIES,
     ClientConnection,
     CommandFailed,
     ConnectionClosed,
@@ -484,7 +485,8 @@ class NSQConnection:
                 event._conn = self
                 messages.append(event)
             elif cls is Reply:
-                self._replies.append(event)
+                if event.command not in HANDSHAKE_REPLIES:
+                    self._replies.append(event)
             elif cls is Heartbeat:
                 nop = True
             elif cls is ServerWarning:

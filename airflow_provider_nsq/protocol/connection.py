@@ -130,6 +130,9 @@ Event = Reply | CommandFailed | ServerWarning | Heartbeat | StartTLS | Connectio
 
 HEARTBEAT_EVENT = Heartbeat()
 
+# Replies the handshake consumes itself; drivers match only the others to callers.
+HANDSHAKE_REPLIES = frozenset({"IDENTIFY", "TLS", "SNAPPY", "DEFLATE", "AUTH"})
+
 
 class ClientConnection:
     """Sans-I/O state of one NSQ client connection. See the module docstring."""
@@ -274,6 +277,11 @@ class ClientConnection:
             self.max_rdy_count = max_rdy
         if requested.get("tls_v1") and not info.get("tls_v1"):
             # nsqd would carry on in plaintext; a client that asked for TLS must not.
+            if data == OK:
+                raise NSQTLSError(
+                    "TLS was requested without feature negotiation: nsqd answered OK and stays "
+                    "in plaintext"
+                )
             raise NSQTLSError(
                 "TLS was requested but nsqd did not negotiate it (tls_v1=false in the IDENTIFY "
                 "response): the server has no TLS certificate configured"
@@ -370,6 +378,14 @@ class ClientConnection:
         self._queue(commands.CLS, "CLS")
         self.state = _CLOSING
 
+    def send_raw(self, data: bytes, reply_to: str | None = None) -> None:
+        """Queue ``data`` unchecked (tests and diagnostics only: nsqd may close the
+        connection on anything malformed). ``reply_to`` names the command if nsqd answers
+        it, so the reply is matched."""
+        if self.state is _CLOSED or self.state is _FAILED:
+            self._check("NOP")
+        self._queue(bytes(data), reply_to)
+
     def close(self) -> None:
         """The driver closed (or is closing) its transport."""
         if self.state not in (_CLOSED, _FAILED):
@@ -428,6 +444,7 @@ class ClientConnection:
                     out.append(HEARTBEAT_EVENT)
                     continue
                 command = self._pop_pending(frame.data)
+                out.append(Reply(command, frame.data))
                 event = self._on_handshake_reply(command, frame.data)
                 if event is not None:
                     out.append(event)
