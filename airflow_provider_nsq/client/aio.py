@@ -196,29 +196,28 @@ class AsyncNSQConnection:
         messages = self._messages
         got_message = False
         for event in events:
-            cls = event.__class__
-            if cls is NSQMessage:
+            if event.__class__ is NSQMessage:
                 event._conn = self  # type: ignore[union-attr]
                 messages.append(event)  # type: ignore[arg-type]
                 got_message = True
-            elif cls is Reply:
-                if event.command not in HANDSHAKE_REPLIES:  # type: ignore[union-attr]
-                    self._resolve(event.data)  # type: ignore[union-attr]
-            elif cls is Heartbeat:
+            elif isinstance(event, Reply):
+                if event.command not in HANDSHAKE_REPLIES:
+                    self._resolve(event.data)
+            elif isinstance(event, Heartbeat):
                 self._flush()
-            elif cls is ServerWarning:
-                log.warning("nsqd at %s: %s", self.config.address, event.error)  # type: ignore[union-attr]
-                self.warnings.append(event.error)  # type: ignore[union-attr]
-            elif cls is CommandFailed:
-                self._fail(event.error)  # type: ignore[union-attr]
-            elif cls is ConnectionClosed:
+            elif isinstance(event, ServerWarning):
+                log.warning("nsqd at %s: %s", self.config.address, event.error)
+                self.warnings.append(event.error)
+            elif isinstance(event, CommandFailed):
+                self._fail(event.error)
+            elif isinstance(event, ConnectionClosed):
                 self._fail(
                     NSQConnectionClosedError(
                         f"nsqd at {self.config.address} closed the connection"
                     ),
                     only_waiters=True,
                 )
-            elif cls is StartTLS:
+            elif isinstance(event, StartTLS):
                 self._tls_task = asyncio.ensure_future(self._start_tls())
         if got_message:
             self._message_event.set()
