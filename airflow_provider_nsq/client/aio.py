@@ -197,8 +197,8 @@ class AsyncNSQConnection:
         got_message = False
         for event in events:
             if event.__class__ is NSQMessage:
-                event._conn = self  # type: ignore[union-attr]
-                messages.append(event)  # type: ignore[arg-type]
+                event._conn = self
+                messages.append(event)
                 got_message = True
             elif isinstance(event, Reply):
                 if event.command not in HANDSHAKE_REPLIES:
