@@ -1,0 +1,33 @@
+"""PySpark data source ``nsq``: publish a DataFrame's rows to an NSQ topic from executors.
+
+    from airflow_provider_nsq.spark import register
+    register(spark)
+    df.write.format("nsq").mode("append") \\
+        .option("nsqd", "127.0.0.1:4150").option("topic", "results").save()
+
+Importing this package never imports Airflow (executors have only the client);
+:func:`nsq_options_from_connection` imports it lazily, on the driver/DAG side.
+"""
+
+from .connection import nsq_options_from_connection
+from .datasource import (
+    NSQDataSource,
+    NSQPartitionSummary,
+    NSQWriteError,
+    NSQWriter,
+    register,
+)
+from .options import KNOWN_OPTIONS, NSQOptionError, NSQWriteOptions, options_from_client_config
+
+__all__ = [
+    "KNOWN_OPTIONS",
+    "NSQDataSource",
+    "NSQOptionError",
+    "NSQPartitionSummary",
+    "NSQWriteError",
+    "NSQWriteOptions",
+    "NSQWriter",
+    "nsq_options_from_connection",
+    "options_from_client_config",
+    "register",
+]
