@@ -39,7 +39,7 @@ from ..protocol.errors import (
 from .config import ClientConfig
 from .message import NSQMessage
 from .tls import build_ssl_context, describe_tls_error
-from .window import AckMode, check_window, new_core, with_context
+from .window import AckMode, check_window, idle_limit_s, new_core, with_context
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class AsyncNSQConnection:
         self._failure: NSQError | None = None
         self._subscribed = False
         self._flush_scheduled = False
+        self._last_write = 0.0
         self._tls_task: asyncio.Future[None] | None = None
         self.warnings: list[NSQServerError] = []
         self.connects = 0
@@ -204,7 +205,7 @@ class AsyncNSQConnection:
                 if event.command not in HANDSHAKE_REPLIES:
                     self._resolve(event.data)
             elif isinstance(event, Heartbeat):
-                self._flush()
+                pass  # the core queued a NOP; flushed below
             elif isinstance(event, ServerWarning):
                 log.warning("nsqd at %s: %s", self.config.address, event.error)
                 self.warnings.append(event.error)
@@ -221,13 +222,13 @@ class AsyncNSQConnection:
                 self._tls_task = asyncio.ensure_future(self._start_tls())
         if got_message:
             self._message_event.set()
+        self._flush()  # NOP for heartbeats, AUTH during the handshake
         if (
             self._handshake is not None
             and not self._handshake.done()
             and core.state is not ConnectionState.HANDSHAKING
             and core.state not in _CLOSED_STATES
         ):
-            self._flush()
             self._handshake.set_result(None)
 
     def _on_lost(self, exc: Exception | None) -> None:
@@ -312,12 +313,19 @@ class AsyncNSQConnection:
         data = core.data_to_send()
         if data:
             transport.write(data)
+            self._last_write = time.monotonic()
 
     def _schedule_flush(self) -> None:
         # FIN/REQ/TOUCH issued in one loop iteration go out in one write.
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called from outside the loop: write now
+            self._flush()
+            return
+        self._flush_scheduled = True
+        loop.call_soon(self._flush)
 
     async def _request(self) -> bytes:
         loop = asyncio.get_running_loop()
@@ -347,11 +355,15 @@ class AsyncNSQConnection:
         return core
 
     async def _publisher(self) -> ClientConnection:
-        core = self._core
-        if core is not None and core.state not in _CLOSED_STATES:
-            return core
+        # One loop iteration delivers a close nsqd already sent before we write.
+        await asyncio.sleep(0)
         if self._subscribed:
-            self._require_core()  # raises: a subscription is never silently reopened
+            return self._require_core()  # a subscription is never silently reopened
+        core = self._core
+        limit = idle_limit_s(self.config)
+        idle = limit is not None and time.monotonic() - self._last_write >= limit
+        if core is not None and core.state not in _CLOSED_STATES and not idle:
+            return core
         await self.connect()
         return self._require_core()
 

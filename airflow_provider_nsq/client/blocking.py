@@ -140,6 +140,7 @@ class NSQConnection:
                         f"{cfg.connect_timeout:g}s"
                     )
                 self._raise_failure("the handshake")
+                self._flush()  # AUTH, once the IDENTIFY response asked for it
         except BaseException:
             self._teardown()
             raise
