@@ -1,0 +1,483 @@
+"""``NSQHook``: the only place that reads an Airflow Connection of type ``nsq``.
+
+It turns the Connection into a :class:`~airflow_provider_nsq.client.ClientConfig`
+(:func:`client_config_from_connection`, used by the task-side hook and by the trigger
+alike), owns the client connections a task opens, and offers the calls operators and
+sensors make: publish, deferred publish, batch publish and one consume window.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
+from ..client.window import AckMode
+from ..protocol.commands import check_delay_ms
+from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
+from ..protocol.names import validate_channel_name, validate_topic_name
+from ..provider_info import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
+#: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
+_LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
+#: Extras that configure the hook, not the TCP client.
+_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "http_port")
+#: Longest wait test_connection() allows itself, whatever the connection says.
+_TEST_CONNECTION_TIMEOUT_S = 10.0
+
+Delay = datetime.timedelta | int
+Duration = datetime.timedelta | float
+
+
+class NSQConnectionConfigError(NSQValueError):
+    """An ``nsq`` Airflow Connection has an unknown, missing or wrong-typed field."""
+
+
+def _bad(conn_id: str, key: str, why: str) -> NSQConnectionConfigError:
+    return NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra {key!r} {why}")
+
+
+def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
+    """One extra's value, converted to the type its conn-field declares.
+
+    Strings are accepted for every type, because the URI form only has strings:
+    ``tls=true``, ``deflate_level=6``.
+    """
+    kind = CONN_FIELDS[key]["schema"]["type"][0]
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise _bad(conn_id, key, f"must be true or false, got {value!r}")
+    if kind == "integer":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip(), 10)
+            except ValueError:
+                pass
+        raise _bad(conn_id, key, f"must be a whole number, got {value!r}")
+    if kind == "number":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            result = float(value)
+        elif isinstance(value, str):
+            try:
+                result = float(value.strip())
+            except ValueError:
+                raise _bad(conn_id, key, f"must be a number, got {value!r}") from None
+        else:
+            raise _bad(conn_id, key, f"must be a number, got {value!r}")
+        if not math.isfinite(result) or result <= 0:
+            raise _bad(conn_id, key, f"must be a number of seconds > 0, got {value!r}")
+        return result
+    if key == "lookupd_http_addresses":
+        if isinstance(value, str):
+            return [a.strip() for a in value.split(",") if a.strip()]
+        if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
+            return [a.strip() for a in value if a.strip()]
+        raise _bad(conn_id, key, f"must be a comma-separated string or a list, got {value!r}")
+    if not isinstance(value, str):
+        raise _bad(conn_id, key, f"must be a string, got {type(value).__name__}")
+    if "enum" in CONN_FIELDS[key]["schema"] and value not in CONN_FIELDS[key]["schema"]["enum"]:
+        allowed = ", ".join(CONN_FIELDS[key]["schema"]["enum"])
+        raise _bad(conn_id, key, f"must be one of {allowed}, got {value!r}")
+    return value
+
+
+def parse_extras(conn_id: str, extras: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a Connection's extras: known names only, each of the right type.
+
+    Empty values (``""`` / ``None``, as the UI stores fields left blank) mean "not set".
+    The error names the key; for unknown keys the value is never shown (it could be a
+    secret put in the wrong place).
+    """
+    if not isinstance(extras, Mapping):
+        raise NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra must be a JSON object")
+    parsed: dict[str, Any] = {}
+    for raw_key, value in extras.items():
+        key = raw_key[len(_LEGACY_PREFIX) :] if raw_key.startswith(_LEGACY_PREFIX) else raw_key
+        if key not in CONN_FIELDS:
+            known = ", ".join(CONN_FIELDS)
+            raise NSQConnectionConfigError(
+                f"NSQ connection {conn_id!r}: unknown extra {raw_key!r}; known extras: {known}"
+            )
+        if value is None or value == "":
+            continue
+        parsed[key] = _coerce_extra(conn_id, key, value)
+    return parsed
+
+
+def client_config_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ClientConfig:
+    """Build the :class:`ClientConfig` for an ``nsq`` Connection.
+
+    The single place where Connection fields become client settings: the hook (blocking
+    side) passes ``conn.extra_dejson``, the trigger ``await conn.aextra_dejson()``.
+    The password is the AUTH secret; it never appears in errors or reprs.
+
+    :param conn: the Airflow Connection (host, port, password, extra).
+    :param extras: the Connection's extras, already decoded from JSON.
+    """
+    conn_id = conn.conn_id or "<unnamed>"
+    parsed = parse_extras(conn_id, extras)
+    settings = {k: v for k, v in parsed.items() if k not in _HOOK_ONLY_EXTRAS}
+    host = (conn.host or "").strip() or "127.0.0.1"
+    port = conn.port if conn.port is not None else DEFAULT_PORT
+    try:
+        return ClientConfig(
+            host=host,
+            port=port,
+            auth_secret=conn.password or None,
+            **settings,
+        )
+    except NSQValueError as exc:
+        # ClientConfig names the field ("ClientConfig.deflate_level=12 is invalid: ..."),
+        # which is the extra's name (or host/port). auth_secret's error has no value.
+        detail = str(exc).replace("ClientConfig.", "")
+        raise NSQConnectionConfigError(f"NSQ connection {conn_id!r}: {detail}") from None
+
+
+def delay_to_ms(delay: object, what: str = "delay") -> int:
+    """A DPUB delay as whole milliseconds: an int (ms) or a ``timedelta``.
+
+    Only the type and sign are checked here; the upper bound is the connection's
+    ``max_req_timeout_ms`` (nsqd's --max-req-timeout), checked by the hook before sending.
+    """
+    if isinstance(delay, datetime.timedelta):
+        one_ms = datetime.timedelta(milliseconds=1)
+        if delay % one_ms:
+            raise NSQValueError(f"{what} {delay!r} is not a whole number of milliseconds")
+        ms = delay // one_ms
+    elif isinstance(delay, int) and not isinstance(delay, bool):
+        ms = delay
+    else:
+        raise NSQValueError(
+            f"{what} must be a timedelta or whole milliseconds (int), got {delay!r}"
+        )
+    if ms < 0:
+        raise NSQValueError(f"{what} must not be negative, got {ms} ms")
+    return ms
+
+
+def duration_to_seconds(value: object, what: str) -> float:
+    """A wait as float seconds: a number of seconds or a ``timedelta``; must be > 0."""
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise NSQValueError(f"{what} must be a timedelta or seconds (float), got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise NSQValueError(f"{what} must be > 0 seconds, got {value!r}")
+    return seconds
+
+
+class NSQHook(BaseHook):
+    """Talk to one nsqd through an Airflow Connection of type ``nsq``.
+
+    Publishing calls share one connection, opened on first use and kept for the life of
+    the hook (reopened transparently if nsqd closed it); each :meth:`consume` window
+    uses a fresh connection, because a connection can subscribe only once. Close
+    everything with :meth:`close` or use the hook as a context manager.
+
+    :param nsq_conn_id: the Airflow Connection id (type ``nsq``).
+    """
+
+    conn_name_attr = "nsq_conn_id"
+    default_conn_name = "nsq_default"
+    conn_type = CONN_TYPE
+    hook_name = "NSQ"
+
+    def __init__(self, nsq_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.nsq_conn_id = nsq_conn_id
+        self._config: ClientConfig | None = None
+        self._extras: dict[str, Any] = {}
+        self._publisher: NSQConnection | None = None
+        self._windows: list[tuple[NSQConnection, list[NSQMessage]]] = []
+
+    def __repr__(self) -> str:
+        return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
+
+    def __enter__(self) -> NSQHook:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- configuration -------------------------------------------------------------
+
+    def get_client_config(self) -> ClientConfig:
+        """The client settings of this hook's Connection (read once, then cached)."""
+        if self._config is None:
+            conn = self.get_connection(self.nsq_conn_id)
+            extras = conn.extra_dejson
+            self._config = client_config_from_connection(conn, extras)
+            self._extras = parse_extras(self.nsq_conn_id, extras)
+        return self._config
+
+    async def aget_client_config(self) -> ClientConfig:
+        """Async :meth:`get_client_config`, for triggers (no blocking call on the loop)."""
+        if self._config is None:
+            conn = await self.aget_connection(self.nsq_conn_id)
+            extras = await conn.aextra_dejson()
+            self._config = client_config_from_connection(conn, extras)
+            self._extras = parse_extras(self.nsq_conn_id, extras)
+        return self._config
+
+    @property
+    def lookupd_http_addresses(self) -> list[str]:
+        """The ``lookupd_http_addresses`` extra as a list (empty when unset)."""
+        self.get_client_config()
+        return list(self._extras.get("lookupd_http_addresses", []))
+
+    @property
+    def http_port(self) -> int | None:
+        """The ``http_port`` extra (nsqd's HTTP API port), or None."""
+        self.get_client_config()
+        return self._extras.get("http_port")
+
+    # -- connections ---------------------------------------------------------------
+
+    def get_conn(self) -> NSQConnection:
+        """The publishing connection, connected (opened on first use, then reused)."""
+        if self._publisher is None:
+            self._publisher = NSQConnection(self.get_client_config())
+        if not self._publisher.connected:
+            self._publisher.connect()
+        return self._publisher
+
+    def close(self) -> None:
+        """Close the publishing connection and every consume window's connection.
+
+        Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
+        nsqd redelivers them at once.
+        """
+        windows, self._windows = self._windows, []
+        for conn, _ in windows:
+            conn.close()
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
+
+    def get_server_info(self) -> dict:
+        """nsqd's IDENTIFY response (``{"response": "OK"}`` without feature negotiation)."""
+        return self.get_conn().server_info
+
+    # -- publishing ----------------------------------------------------------------
+
+    def publish(self, topic: str, message: Any) -> dict[str, Any]:
+        """PUB one message; returns after nsqd's OK.
+
+        :param topic: the topic name.
+        :param message: str (sent as UTF-8), bytes, or a dict/list (sent as compact JSON).
+        :return: ``{"topic": topic, "messages": 1, "bytes": <body size>}``.
+        """
+        validate_topic_name(topic)
+        body = encode_body(message)
+        self.get_conn().publish(topic, body)
+        self.log.info("Published 1 message (%s bytes) to topic %s", len(body), topic)
+        return {"topic": topic, "messages": 1, "bytes": len(body)}
+
+    def defer_publish(self, topic: str, message: Any, delay: Delay) -> dict[str, Any]:
+        """DPUB one message that nsqd delivers ``delay`` after it is published.
+
+        :param topic: the topic name.
+        :param message: str, bytes, or a JSON-serialisable dict/list.
+        :param delay: ``timedelta`` or whole milliseconds, 0 to the connection's
+            ``max_req_timeout_ms`` (nsqd's --max-req-timeout, 1 h by default); never clamped.
+        :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}``.
+        """
+        validate_topic_name(topic)
+        config = self.get_client_config()
+        delay_ms = check_delay_ms(
+            delay_to_ms(delay), config.max_req_timeout_ms, what="defer_publish delay"
+        )
+        body = encode_body(message)
+        self.get_conn().defer_publish(topic, body, delay_ms)
+        self.log.info(
+            "Published 1 deferred message (%s bytes, delay %s ms) to topic %s",
+            len(body),
+            delay_ms,
+            topic,
+        )
+        return {"topic": topic, "messages": 1, "bytes": len(body), "delay_ms": delay_ms}
+
+    def multi_publish(self, topic: str, messages: Iterable[Any]) -> dict[str, Any]:
+        """MPUB a batch; returns after nsqd's OK for every frame.
+
+        Batches bigger than nsqd's ``max_body_size`` are split into several MPUB frames;
+        every body is checked before anything is sent.
+
+        :param topic: the topic name.
+        :param messages: str, bytes, or JSON-serialisable dict/list items.
+        :return: ``{"topic", "messages": <count>, "bytes": <total body size>}``.
+        """
+        validate_topic_name(topic)
+        if isinstance(messages, (str, bytes, dict)):
+            raise NSQValueError(
+                f"messages must be a list of messages, got a single {type(messages).__name__}"
+            )
+        bodies = [encode_body(m) for m in messages]
+        if not bodies:
+            raise NSQValueError("multi_publish needs at least one message")
+        total = sum(len(b) for b in bodies)
+        frames = self.get_conn().multi_publish(topic, bodies)
+        self.log.info(
+            "Published %s messages (%s bytes, %s MPUB frame(s)) to topic %s",
+            len(bodies),
+            total,
+            frames,
+            topic,
+        )
+        return {"topic": topic, "messages": len(bodies), "bytes": total}
+
+    # -- consuming -----------------------------------------------------------------
+
+    def consume(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        max_messages: int = 1,
+        timeout: Duration = 5.0,
+        ack: AckMode = "fin",
+        requeue_delay: Delay = 0,
+    ) -> list[NSQMessage]:
+        """One subscribe window on a fresh connection: SUB, RDY ``max_messages``, collect
+        up to ``max_messages`` or until ``timeout`` passes, then CLS.
+
+        :param topic: the topic name.
+        :param channel: the channel name (created by the SUB if it does not exist).
+        :param max_messages: most messages to take (at most nsqd's max RDY count, 2500).
+        :param timeout: how long the window listens: seconds or a ``timedelta``.
+        :param ack: ``"fin"`` FINs the messages before returning, ``"req"`` REQs them
+            (attempts + 1), ``"manual"`` returns them in flight: answer them with
+            :meth:`finish` / :meth:`requeue`; :meth:`close` REQs what is left.
+        :param requeue_delay: the REQ delay for ``ack="req"`` (timedelta or ms).
+        """
+        validate_topic_name(topic)
+        validate_channel_name(channel)
+        seconds = duration_to_seconds(timeout, "timeout")
+        delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
+        config = self.get_client_config()
+        if config.heartbeat_interval_ms == -1:
+            raise NSQValueError(
+                f"NSQ connection {self.nsq_conn_id!r} disables heartbeats "
+                "(heartbeat_interval_ms=-1); nsqd refuses SUB without them"
+            )
+        conn = NSQConnection(config)
+        conn.connect()
+        try:
+            msg_timeout = conn.server_info.get("msg_timeout")
+            if isinstance(msg_timeout, int) and seconds * 1000 >= msg_timeout:
+                raise NSQValueError(
+                    f"a consume window of {seconds:g}s is not shorter than nsqd's msg_timeout "
+                    f"of {msg_timeout} ms: messages would be redelivered before the window "
+                    "ends; shorten the window or raise the connection's msg_timeout_ms"
+                )
+            messages = conn.consume(
+                topic,
+                channel,
+                max_messages=max_messages,
+                timeout=seconds,
+                ack=ack,
+                requeue_delay_ms=delay_ms,
+            )
+        except BaseException:
+            conn.close()
+            raise
+        if ack == "manual":
+            self._windows.append((conn, list(messages)))
+        else:
+            conn.close()
+        self.log.info(
+            "Consume window on %s/%s: %s message(s) in %gs (ack=%s)",
+            topic,
+            channel,
+            len(messages),
+            seconds,
+            ack,
+        )
+        return messages
+
+    def _by_connection(
+        self, messages: Sequence[NSQMessage]
+    ) -> list[tuple[NSQConnection, list[NSQMessage]]]:
+        wanted = {id(m) for m in messages}
+        groups = []
+        for conn, held in self._windows:
+            mine = [m for m in held if id(m) in wanted]
+            if mine:
+                groups.append((conn, mine))
+        return groups
+
+    def finish(self, messages: Sequence[NSQMessage]) -> None:
+        """FIN messages from ``ack="manual"`` windows of this hook."""
+        for conn, mine in self._by_connection(messages):
+            conn.finish(*mine)
+
+    def requeue(self, messages: Sequence[NSQMessage], delay: Delay = 0) -> None:
+        """REQ messages from ``ack="manual"`` windows: redelivered after ``delay``
+        (timedelta or ms) with attempts + 1."""
+        delay_ms = delay_to_ms(delay, "requeue delay")
+        for conn, mine in self._by_connection(messages):
+            conn.requeue(*mine, delay_ms=delay_ms)
+
+    def touch(self, messages: Sequence[NSQMessage]) -> None:
+        """TOUCH messages from ``ack="manual"`` windows: restart their msg_timeout."""
+        for conn, mine in self._by_connection(messages):
+            conn.touch(*mine)
+
+    # -- the connection form's Test button -----------------------------------------
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Connect, run the handshake (TLS, compression, AUTH) and report nsqd's version.
+
+        Never raises; never shows the AUTH secret. Bounded by the connection's
+        ``connect_timeout`` (at most 10 s).
+        """
+        secret: str | None = None
+        try:
+            config = self.get_client_config()
+            secret = config.auth_secret
+            config = config.replace(
+                connect_timeout=min(config.connect_timeout, _TEST_CONNECTION_TIMEOUT_S)
+            )
+            with NSQConnection(config) as conn:
+                info = conn.server_info
+                version = info.get("version", "(version unknown: feature negotiation is off)")
+                auth = conn.auth_info
+                if auth is not None:
+                    who = auth.get("identity") or "ok"
+                    auth_text = f"ok ({who}, {auth.get('permission_count', '?')} permissions)"
+                elif info.get("auth_required"):
+                    auth_text = "required"
+                else:
+                    auth_text = "off"
+                return (
+                    True,
+                    f"nsqd {version} at {config.address}; tls={'on' if conn.tls else 'off'}, "
+                    f"compression={conn.compression or 'none'}, auth={auth_text}",
+                )
+        except NSQAuthError as exc:
+            return False, _scrub(f"AUTH needed: {exc}", secret)
+        except NSQError as exc:
+            return False, _scrub(str(exc), secret)
+        except Exception as exc:  # the Test button must always get an answer
+            return False, _scrub(f"{type(exc).__name__}: {exc}", secret)
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    """Remove the AUTH secret from a message meant for people, whatever produced it."""
+    if secret:
+        text = text.replace(secret, "***")
+    return text

@@ -1,0 +1,195 @@
+"""Operators that publish to NSQ: PUB, DPUB and MPUB.
+
+Each one validates its literal arguments when the DAG is parsed (no network then),
+builds an :class:`~airflow_provider_nsq.hooks.nsq.NSQHook` in ``execute``, makes one call
+and returns the hook's small result dict, which goes to XCom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from ..client import encode_body
+from ..hooks.nsq import Delay, NSQHook, delay_to_ms
+from ..protocol.errors import NSQValueError
+from ..protocol.names import validate_topic_name
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def is_templated(value: object) -> bool:
+    """True for a string Airflow will render (``{{ ... }}``): validate it at execute."""
+    return isinstance(value, str) and "{{" in value
+
+
+def check_topic(topic: object) -> None:
+    """Validate a literal topic now; a templated one is validated after rendering."""
+    if not is_templated(topic):
+        validate_topic_name(topic)
+
+
+def check_message(message: object, what: str = "message") -> None:
+    """Validate a literal message body now (type, JSON-serialisable, not empty)."""
+    if is_templated(message):
+        return
+    try:
+        body = encode_body(message)
+    except NSQValueError as exc:
+        raise NSQValueError(f"{what}: {exc}") from None
+    if not body:
+        raise NSQValueError(f"{what} is empty: nsqd refuses zero-length bodies")
+
+
+def check_delay(delay: object) -> None:
+    """Validate a literal delay now (type and sign; the upper bound needs the connection)."""
+    if not is_templated(delay):
+        delay_to_ms(delay)
+
+
+def coerce_delay(delay: Any) -> Delay:
+    """A rendered delay: int ms and timedelta pass; a rendered string of digits is ms."""
+    if isinstance(delay, str) and delay.strip().isdigit():
+        return int(delay.strip())
+    return delay
+
+
+class _NSQPublishBase(BaseOperator):
+    ui_color = "#3c8dbc"
+
+    def __init__(self, *, topic: str, nsq_conn_id: str = NSQHook.default_conn_name, **kwargs):
+        super().__init__(**kwargs)
+        check_topic(topic)
+        self.topic = topic
+        self.nsq_conn_id = nsq_conn_id
+
+    @cached_property
+    def hook(self) -> NSQHook:
+        return NSQHook(nsq_conn_id=self.nsq_conn_id)
+
+    def on_kill(self) -> None:
+        self.hook.close()
+
+
+class NSQPublishOperator(_NSQPublishBase):
+    """Publish one message to an NSQ topic (PUB); succeeds after nsqd's OK.
+
+    :param topic: the topic name (templated).
+    :param message: str (sent as UTF-8), bytes, or a dict/list (sent as compact JSON)
+        (templated).
+    :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :return: ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
+    """
+
+    template_fields: Sequence[str] = ("topic", "message", "nsq_conn_id")
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        message: str | bytes | dict | list,
+        nsq_conn_id: str = NSQHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        check_message(message)
+        self.message = message
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        with self.hook as hook:
+            result = hook.publish(self.topic, self.message)
+        self.log.info("PUB %s: %s bytes", self.topic, result["bytes"])
+        return result
+
+
+class NSQDeferredPublishOperator(_NSQPublishBase):
+    """Publish one message that nsqd delivers after a delay (DPUB).
+
+    :param topic: the topic name (templated).
+    :param message: str, bytes, or a JSON-serialisable dict/list (templated).
+    :param delay: ``timedelta`` or whole milliseconds, up to the connection's
+        ``max_req_timeout_ms`` (nsqd's --max-req-timeout, 1 h by default); never clamped
+        (templated: a rendered string of digits is milliseconds).
+    :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}`` (pushed to XCom).
+    """
+
+    template_fields: Sequence[str] = ("topic", "message", "delay", "nsq_conn_id")
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        message: str | bytes | dict | list,
+        delay: Delay | str,
+        nsq_conn_id: str = NSQHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        check_message(message)
+        check_delay(delay)
+        self.message = message
+        self.delay = delay
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        with self.hook as hook:
+            result = hook.defer_publish(self.topic, self.message, coerce_delay(self.delay))
+        self.log.info(
+            "DPUB %s: %s bytes, delay %s ms", self.topic, result["bytes"], result["delay_ms"]
+        )
+        return result
+
+
+class NSQMultiPublishOperator(_NSQPublishBase):
+    """Publish a batch of messages to one topic (MPUB); succeeds after nsqd's OK.
+
+    Batches larger than nsqd's ``max_body_size`` go out as several MPUB frames.
+
+    :param topic: the topic name (templated).
+    :param messages: a list of str / bytes / dict / list items, or an upstream task's
+        output (``XComArg``), resolved when the task runs (templated).
+    :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :return: ``{"topic", "messages": <count>, "bytes": <total>}`` (pushed to XCom).
+    """
+
+    template_fields: Sequence[str] = ("topic", "messages", "nsq_conn_id")
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        messages: Any,
+        nsq_conn_id: str = NSQHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        if isinstance(messages, (list, tuple)):
+            if not messages:
+                raise NSQValueError("messages is empty: MPUB needs at least one message")
+            for i, message in enumerate(messages):
+                check_message(message, what=f"messages[{i}]")
+        elif isinstance(messages, (bytes, dict)) or (
+            isinstance(messages, str) and not is_templated(messages)
+        ):
+            raise NSQValueError(
+                "messages must be a list of messages or an upstream task's output (XComArg), "
+                f"got a single {type(messages).__name__}; use NSQPublishOperator for one message"
+            )
+        self.messages = messages
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        messages = self.messages
+        if isinstance(messages, (str, bytes, dict)) or not hasattr(messages, "__iter__"):
+            raise NSQValueError(
+                f"messages rendered to a {type(messages).__name__}, expected a list of messages"
+            )
+        with self.hook as hook:
+            result = hook.multi_publish(self.topic, list(messages))
+        self.log.info(
+            "MPUB %s: %s messages, %s bytes", self.topic, result["messages"], result["bytes"]
+        )
+        return result

@@ -1,0 +1,335 @@
+"""``NSQSensor``: wait until a subscribe window on a channel yields enough messages, then
+hand them to downstream tasks through XCom.
+
+Ack discipline (at-least-once, nothing lost): a window takes messages in flight and
+keeps them unanswered; the task pushes them to XCom itself, and only then FINs them. If
+anything fails before the push is recorded, they are REQ'd, so nsqd redelivers them
+(attempts + 1). A process killed outright leaves them to nsqd's msg_timeout, which
+redelivers them too.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import importlib
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from airflow.sdk import BaseSensorOperator, conf
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+
+from ..client import NSQMessage
+from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
+from ..operators.nsq import is_templated
+from ..protocol.errors import NSQValueError
+from ..protocol.names import validate_channel_name, validate_topic_name
+from ..triggers.nsq import NSQMessageTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: nsqd's default --max-rdy-count: a window holds all its messages in flight at once.
+MAX_WINDOW_MESSAGES = 2500
+XCOM_RETURN_KEY = "return_value"
+
+Rejected = Literal["finish", "requeue"]
+MessageFilter = Callable[[dict[str, Any]], bool]
+
+
+def message_record(message: NSQMessage, topic: str, channel: str) -> dict[str, Any]:
+    """What the sensor pushes to XCom for one message (JSON-safe).
+
+    ``body`` is the text when the body is valid UTF-8 (``body_encoding="utf-8"``),
+    otherwise base64 text (``body_encoding="base64"``).
+    """
+    try:
+        body, encoding = message.body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
+    return {
+        "id": message.id,
+        "body": body,
+        "body_encoding": encoding,
+        "attempts": message.attempts,
+        "timestamp": message.timestamp,
+        "topic": topic,
+        "channel": channel,
+    }
+
+
+def decode_record_body(record: dict[str, Any]) -> bytes:
+    """The original bytes of a record's body (for downstream tasks)."""
+    if record.get("body_encoding") == "base64":
+        return base64.b64decode(record["body"])
+    return str(record["body"]).encode("utf-8")
+
+
+def import_callable(path: str) -> MessageFilter:
+    """Resolve ``"package.module.function"`` to the function."""
+    module_name, _, attr = path.rpartition(".")
+    if not module_name:
+        raise NSQValueError(f"message_filter {path!r} is not a dotted path (module.function)")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise NSQValueError(f"message_filter {path!r} cannot be imported: {exc}") from None
+    if not callable(target):
+        raise NSQValueError(f"message_filter {path!r} is not callable")
+    return target
+
+
+class NSQSensor(BaseSensorOperator):
+    """Wait for messages on an NSQ channel and pass them downstream via XCom.
+
+    Each poke opens one subscribe window of ``window`` on ``topic``/``channel`` and takes
+    up to ``max_messages``. The sensor succeeds when a window yields at least
+    ``min_messages`` messages that ``message_filter`` accepts; its XCom value
+    (``return_value``) is the list of those messages, each a dict: ``id``, ``body``
+    (str; base64 text when ``body_encoding == "base64"``), ``body_encoding``
+    (``"utf-8"`` or ``"base64"``), ``attempts``, ``timestamp`` (ns since the epoch, set
+    by nsqd at publish), ``topic``, ``channel``.
+
+    The task pushes that XCom itself and only then FINs the messages; on any failure
+    before that they are REQ'd and nsqd redelivers them. A window with too few messages
+    REQs them at once (no delay) and the sensor keeps poking. Delivery is at-least-once:
+    downstream tasks may see a message twice (same ``id``, higher ``attempts``).
+
+    :param topic: the topic name (templated).
+    :param channel: the channel this sensor consumes from; required. A durable name keeps
+        messages between runs; a ``#ephemeral`` channel only sees messages published while
+        a window is open (templated).
+    :param min_messages: accepted messages one window must yield to succeed (default 1).
+    :param max_messages: most messages one window takes (default 100, at most 2500).
+    :param window: how long one subscribe window listens: ``timedelta`` or seconds
+        (default 5 s). Must be shorter than nsqd's msg_timeout (60 s by default).
+    :param message_filter: optional ``callable(record) -> bool`` or a dotted path to one;
+        ``record`` is the dict described above. Rejected messages are handled per
+        ``rejected``.
+    :param rejected: what happens to messages the filter rejects: ``"finish"`` (default:
+        FIN, gone from this channel; other channels keep their copies) or ``"requeue"``
+        (REQ after ``rejected_requeue_delay``, so they come back to this channel).
+    :param rejected_requeue_delay: REQ delay for rejected messages with
+        ``rejected="requeue"``: ``timedelta`` or milliseconds (default 0).
+    :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :param deferrable: wait in the triggerer between windows instead of holding a worker
+        slot (default: ``[operators] default_deferrable``).
+    """
+
+    template_fields: Sequence[str] = ("topic", "channel", "nsq_conn_id")
+    ui_color = "#9fd5e6"
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        channel: str,
+        min_messages: int = 1,
+        max_messages: int = 100,
+        window: datetime.timedelta | float = 5.0,
+        message_filter: MessageFilter | str | None = None,
+        rejected: Rejected = "finish",
+        rejected_requeue_delay: Delay = 0,
+        nsq_conn_id: str = NSQHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not is_templated(topic):
+            validate_topic_name(topic)
+        if not is_templated(channel):
+            validate_channel_name(channel)
+        for name, value in (("min_messages", min_messages), ("max_messages", max_messages)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise NSQValueError(f"{name} must be an int >= 1, got {value!r}")
+        if max_messages > MAX_WINDOW_MESSAGES:
+            raise NSQValueError(
+                f"max_messages={max_messages} exceeds nsqd's max RDY count of "
+                f"{MAX_WINDOW_MESSAGES}: a window holds all its messages in flight"
+            )
+        if min_messages > max_messages:
+            raise NSQValueError(
+                f"min_messages={min_messages} is more than max_messages={max_messages}"
+            )
+        if message_filter is not None and not (
+            callable(message_filter) or isinstance(message_filter, str)
+        ):
+            raise NSQValueError(
+                f"message_filter must be a callable or a dotted path, got {message_filter!r}"
+            )
+        if rejected not in ("finish", "requeue"):
+            raise NSQValueError(f"rejected must be 'finish' or 'requeue', got {rejected!r}")
+        self.topic = topic
+        self.channel = channel
+        self.min_messages = min_messages
+        self.max_messages = max_messages
+        self.window = duration_to_seconds(window, "window")
+        self.message_filter = message_filter
+        self.rejected = rejected
+        self.rejected_requeue_delay_ms = delay_to_ms(
+            rejected_requeue_delay, "rejected_requeue_delay"
+        )
+        self.nsq_conn_id = nsq_conn_id
+        self.deferrable = deferrable
+        self._batch: list[NSQMessage] = []
+
+    @cached_property
+    def hook(self) -> NSQHook:
+        return NSQHook(nsq_conn_id=self.nsq_conn_id)
+
+    def _filter(self) -> MessageFilter | None:
+        if isinstance(self.message_filter, str):
+            return import_callable(self.message_filter)
+        return self.message_filter
+
+    # -- one window ------------------------------------------------------------------
+
+    def poke(self, context: Context) -> bool:
+        """One subscribe window. True when it yielded at least ``min_messages`` accepted
+        messages; they stay in flight (unanswered) until :meth:`execute` delivers them."""
+        validate_topic_name(self.topic)
+        validate_channel_name(self.channel)
+        hook = self.hook
+        messages = hook.consume(
+            self.topic,
+            self.channel,
+            max_messages=self.max_messages,
+            timeout=self.window,
+            ack="manual",
+        )
+        try:
+            accepted, rejected = self._split(messages)
+            if rejected:
+                if self.rejected == "finish":
+                    hook.finish(rejected)
+                else:
+                    hook.requeue(rejected, delay=self.rejected_requeue_delay_ms)
+                self.log.info(
+                    "message_filter rejected %s message(s) (%sed)", len(rejected), self.rejected
+                )
+            if len(accepted) < self.min_messages:
+                hook.requeue(accepted)
+                self.log.info(
+                    "%s accepted message(s) on %s/%s, %s needed; requeued them",
+                    len(accepted),
+                    self.topic,
+                    self.channel,
+                    self.min_messages,
+                )
+                hook.close()
+                return False
+        except BaseException:
+            hook.close()  # REQs every unanswered message
+            raise
+        self._batch = accepted
+        return True
+
+    def _split(self, messages: list[NSQMessage]) -> tuple[list[NSQMessage], list[NSQMessage]]:
+        keep = self._filter()
+        if keep is None:
+            return messages, []
+        accepted: list[NSQMessage] = []
+        rejected: list[NSQMessage] = []
+        for message in messages:
+            record = message_record(message, self.topic, self.channel)
+            (accepted if keep(record) else rejected).append(message)
+        return accepted, rejected
+
+    def _deliver(self, context: Context) -> None:
+        """Push the held batch to XCom, then FIN it; REQ it if the push fails."""
+        batch, self._batch = self._batch, []
+        hook = self.hook
+        try:
+            records = [message_record(m, self.topic, self.channel) for m in batch]
+            hook.touch(batch)  # a full msg_timeout for the push, counted from now
+            context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=records)
+        except BaseException:
+            self.log.warning(
+                "Could not record %s message(s) from %s/%s in XCom; requeueing them",
+                len(batch),
+                self.topic,
+                self.channel,
+            )
+            hook.requeue(batch)
+            raise
+        hook.finish(batch)
+        self.log.info(
+            "Pushed %s message(s) from %s/%s to XCom and finished them",
+            len(batch),
+            self.topic,
+            self.channel,
+        )
+
+    # -- task entry points -------------------------------------------------------------
+
+    def execute(self, context: Context) -> None:
+        """Poke until a window succeeds (or defer between windows), then deliver.
+
+        Returns None: the XCom was pushed by :meth:`_deliver` before the FIN, so the task
+        runner has nothing left to push.
+        """
+        self._check_no_mapped_dependants()
+        try:
+            if self.deferrable:
+                deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
+                    seconds=self.timeout
+                )
+                if not self.poke(context):
+                    self._defer(deadline)
+            else:
+                super().execute(context)
+            self._deliver(context)
+        finally:
+            self.hook.close()
+
+    def execute_complete(
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        deadline: str | None = None,
+    ) -> None:
+        """Resume after the trigger fired: one window through :meth:`poke`; defer again
+        if it comes back short."""
+        if not event or event.get("status") != "message":
+            detail = (event or {}).get("message", "the trigger ended without an event")
+            raise AirflowException(f"NSQSensor trigger failed: {detail}")
+        when = (
+            datetime.datetime.fromisoformat(deadline)
+            if deadline
+            else datetime.datetime.now(datetime.timezone.utc)
+            + datetime.timedelta(seconds=self.timeout)
+        )
+        try:
+            if not self.poke(context):
+                if datetime.datetime.now(datetime.timezone.utc) >= when:
+                    raise AirflowSensorTimeout(
+                        f"Sensor has timed out: no window on {self.topic}/{self.channel} yielded "
+                        f"{self.min_messages} message(s) within {self.timeout}s"
+                    )
+                self._defer(when)
+            self._deliver(context)
+        finally:
+            self.hook.close()
+
+    def _defer(self, deadline: datetime.datetime) -> None:
+        remaining = deadline - datetime.datetime.now(datetime.timezone.utc)
+        self.defer(
+            trigger=NSQMessageTrigger(
+                topic=self.topic, channel=self.channel, nsq_conn_id=self.nsq_conn_id
+            ),
+            method_name="execute_complete",
+            kwargs={"deadline": deadline.isoformat()},
+            timeout=max(remaining, datetime.timedelta(seconds=1)),
+        )
+
+    def _check_no_mapped_dependants(self) -> None:
+        if next(self.iter_mapped_dependants(), None) is not None:
+            raise NSQValueError(
+                "NSQSensor's output cannot be mapped over directly (.expand(...)): the task "
+                "pushes its XCom before it FINs the messages. Map over a task that takes "
+                "the sensor's output and returns it."
+            )
+
+    def on_kill(self) -> None:
+        self.hook.close()
