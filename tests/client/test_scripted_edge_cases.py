@@ -88,9 +88,12 @@ def test_close_before_ok_is_never_reported_as_success(kind) -> None:
         peer.read_command()
         peer.close()
 
-    with ScriptedNSQD(script) as server, make_driver(kind, config(server)) as conn:
-        with pytest.raises(NSQConnectionClosedError):
-            conn.publish("t", b"x")
+    with (
+        ScriptedNSQD(script) as server,
+        make_driver(kind, config(server)) as conn,
+        pytest.raises(NSQConnectionClosedError),
+    ):
+        conn.publish("t", b"x")
 
 
 def test_idle_connection_nsqd_dropped_is_reopened_before_the_publish_is_written(kind) -> None:
