@@ -90,6 +90,8 @@ def parse_nsqd_address(raw: str, option: str = "nsqd") -> tuple[str, int]:
         host, port_text = text[1:end], text[end + 2 :]
     elif text.count(":") == 1:
         host, port_text = text.split(":")
+    elif ":" in text:
+        raise NSQOptionError(option, f"write an IPv6 address in brackets, [::1]:4150; got {raw!r}")
     if not host or "/" in host or " " in host:
         raise NSQOptionError(option, f"expected host:port of nsqd's TCP port, got {raw!r}")
     port = DEFAULT_NSQD_PORT
@@ -222,9 +224,8 @@ class NSQWriteOptions:
             text = str(exc)
             # ClientConfig names its field ("ClientConfig.deflate_level=0 is invalid: ..."):
             # point at the option of the same name instead.
-            match = re.match(r"ClientConfig\.(\w+)", text)
-            key = match.group(1) if match else ""
-            option = key if key in self.client else "nsqd"
+            named = [w for w in re.findall(r"\w+", text) if w in self.client]
+            option = named[0] if named else "nsqd"
             raise NSQOptionError(option, text.removeprefix("ClientConfig.")) from None
 
     def __repr__(self) -> str:

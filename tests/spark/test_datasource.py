@@ -1,0 +1,215 @@
+"""The ``nsq`` data source end to end: DataFrame rows -> messages read back from nsqd."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def save(df: Any, options: dict[str, str], **extra: str) -> None:
+    df.write.format("nsq").mode("append").options(**options, **extra).save()
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def test_string_bodies_arrive_exactly_once_per_row(
+    spark: Any, nsq_options: dict[str, str], read_topic: Any, tmp_path: Path
+) -> None:
+    texts = [f"event {i} · ünïcode ✓" for i in range(50)]
+    df = spark.createDataFrame([(t,) for t in texts], "value string").repartition(3)
+    summary_file = tmp_path / "summary.json"
+
+    save(df, nsq_options, batch_size="7", summary_file=str(summary_file))
+
+    bodies = read_topic(nsq_options["topic"], len(texts))
+    assert sorted(b.decode("utf-8") for b in bodies) == sorted(texts)
+    summary = load_summary(summary_file)
+    assert summary["status"] == "committed"
+    assert summary["messages"] == 50
+    assert summary["bytes"] == sum(len(t.encode()) for t in texts)
+    parts = summary["per_partition"]
+    assert len(parts) == 3 and sum(p["messages"] for p in parts) == 50
+    for part in parts:
+        assert part["connects"] == 1  # one persistent connection per partition
+        assert part["mpub_calls"] == math.ceil(part["messages"] / 7)
+
+
+def test_binary_bodies_are_sent_byte_for_byte(
+    spark: Any, nsq_options: dict[str, str], read_topic: Any
+) -> None:
+    blobs = [bytes([i, 0, 255, 10, 13]) + b"\xc3\x28" * i for i in range(1, 30)]
+    df = spark.createDataFrame([(bytearray(b),) for b in blobs], "body binary").repartition(2)
+
+    save(df, nsq_options)
+
+    assert sorted(read_topic(nsq_options["topic"], len(blobs))) == sorted(blobs)
+
+
+def test_body_column_option_picks_the_column_and_ignores_the_rest(
+    spark: Any, nsq_options: dict[str, str], read_topic: Any
+) -> None:
+    rows = [(i, f"payload-{i}", "value column that is not the body") for i in range(10)]
+    df = spark.createDataFrame(rows, "id int, payload string, value string")
+
+    save(df, nsq_options, body_column="payload")
+
+    got = read_topic(nsq_options["topic"], len(rows))
+    assert sorted(got) == sorted(f"payload-{i}".encode() for i in range(10))
+
+
+def test_json_format_sends_whole_rows(
+    spark: Any, nsq_options: dict[str, str], read_topic: Any
+) -> None:
+    schema = (
+        "id long, name string, score double, ratio double, amount decimal(12,2), "
+        "day date, at timestamp, raw binary, tags array<string>, "
+        "where struct<city:string,zip:int>, counts map<string,int>, missing string"
+    )
+    rows = [
+        (
+            i,
+            f"n{i}",
+            i / 4,
+            math.inf if i == 1 else float(i),
+            Decimal(f"{i}1234567.05"),
+            dt.date(2026, 1, i + 1),
+            dt.datetime(2026, 1, 2, 3, 4, 5, i, tzinfo=dt.timezone.utc),
+            bytearray(b"\x00\x01" * i),
+            [f"t{i}", "x"],
+            (f"c{i}", 1000 + i),
+            {"a": i},
+            None,
+        )
+        for i in range(3)
+    ]
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+
+    save(df, nsq_options, format="json")
+
+    got = sorted(
+        (json.loads(b) for b in read_topic(nsq_options["topic"], 3)), key=lambda r: r["id"]
+    )
+    assert [r["id"] for r in got] == [0, 1, 2]
+    first, second = got[0], got[1]
+    assert first["name"] == "n0" and first["score"] == 0.0 and first["missing"] is None
+    assert second["ratio"] == "Infinity"  # not bare Infinity, which is not JSON
+    assert second["amount"] == "11234567.05"  # decimals stay exact, as strings
+    assert second["day"] == "2026-01-02"
+    assert dt.datetime.fromisoformat(second["at"]) == dt.datetime(
+        2026, 1, 2, 3, 4, 5, 1, tzinfo=dt.timezone.utc
+    )
+    assert base64.b64decode(second["raw"]) == b"\x00\x01"
+    assert second["tags"] == ["t1", "x"]
+    assert second["where"] == {"city": "c1", "zip": 1001}
+    assert second["counts"] == {"a": 1}
+
+
+def test_large_partition_is_split_across_mpub_frames(
+    spark: Any, nsq_options: dict[str, str], read_topic: Any, tmp_path: Path
+) -> None:
+    # 64 rows x 96 KiB = 6 MiB in one partition and one MPUB call: more than nsqd's 5 MiB
+    # max body, so the client must send it as several MPUB frames.
+    size, count = 96 * 1024, 64
+    df = spark.range(count).selectExpr(
+        f"concat(cast(id as string), ':', repeat('x', {size})) as value"
+    )
+    summary_file = tmp_path / "summary.json"
+
+    save(df.coalesce(1), nsq_options, batch_size="1000", summary_file=str(summary_file))
+
+    summary = load_summary(summary_file)
+    assert summary["bytes"] > 5 * 1024 * 1024
+    assert summary["per_partition"][0]["mpub_calls"] == 1
+    assert summary["frames"] >= 2
+    bodies = read_topic(nsq_options["topic"], count)
+    expected = [f"{i}:".encode() + b"x" * size for i in range(count)]
+    digest = lambda items: sorted(hashlib.sha256(b).hexdigest() for b in items)  # noqa: E731
+    assert len(bodies) == count
+    assert digest(bodies) == digest(expected)
+
+
+def test_empty_dataframe_publishes_nothing_and_opens_no_connection(
+    spark: Any, nsq_options: dict[str, str], tmp_path: Path
+) -> None:
+    summary_file = tmp_path / "summary.json"
+    df = spark.createDataFrame([], "value string").repartition(2)
+
+    save(df, nsq_options, summary_file=str(summary_file))
+
+    summary = load_summary(summary_file)
+    assert summary["messages"] == 0
+    assert all(p["connects"] == 0 for p in summary["per_partition"])
+
+
+@pytest.mark.parametrize(
+    ("options", "schema", "option_named"),
+    [
+        ({"topic": None}, "value string", "'topic'"),
+        ({"nsqd": None}, "value string", "'nsqd'"),
+        ({"topic": "bad topic!"}, "value string", "'topic'"),
+        ({"nsqd": "127.0.0.1:http"}, "value string", "'nsqd'"),
+        ({"batchsize": "10"}, "value string", "'batchsize'"),
+        ({"batch_size": "0"}, "value string", "'batch_size'"),
+        ({"compression": "gzip"}, "value string", "'compression'"),
+        ({"deflate_level": "12"}, "value string", "'deflate_level'"),
+        ({"tls": "maybe"}, "value string", "'tls'"),
+        ({"tls_cert_file": "/tmp/c.pem"}, "value string", "'tls_cert_file'"),
+        ({"connect_timeout": "-1"}, "value string", "'connect_timeout'"),
+        ({"format": "avro"}, "value string", "'format'"),
+        ({"msg_timeout_ms": "60000"}, "value string", "'msg_timeout_ms'"),
+        ({}, "id int, payload string", "'body_column'"),
+        ({}, "value int", "'body_column'"),
+        ({"body_column": "nope"}, "value string", "'body_column'"),
+    ],
+)
+def test_bad_options_fail_on_the_driver_before_publishing(
+    spark: Any,
+    nsq_options: dict[str, str],
+    read_topic: Any,
+    options: dict[str, str | None],
+    schema: str,
+    option_named: str,
+) -> None:
+    merged = {**nsq_options, **options}
+    given = {k: v for k, v in merged.items() if v is not None}
+    row = {"value string": ("a",), "value int": (1,), "id int, payload string": (1, "a")}
+    df = spark.createDataFrame([row[schema]] * 3, schema)
+
+    with pytest.raises(Exception, match=f"nsq data source option {option_named}"):
+        save(df, given)
+
+    assert read_topic(nsq_options["topic"], 0) == []
+
+
+def test_overwrite_mode_is_refused(
+    spark: Any, nsq_options: dict[str, str], read_topic: Any
+) -> None:
+    df = spark.createDataFrame([("a",)], "value string")
+    with pytest.raises(Exception, match="append-only"):
+        df.write.format("nsq").mode("overwrite").options(**nsq_options).save()
+    assert read_topic(nsq_options["topic"], 0) == []
+
+
+def test_null_body_fails_the_job_and_the_summary_says_aborted(
+    spark: Any, nsq_options: dict[str, str], tmp_path: Path
+) -> None:
+    summary_file = tmp_path / "summary.json"
+    df = spark.createDataFrame([("a",), (None,), ("c",)], "value string").coalesce(1)
+
+    with pytest.raises(Exception, match="null 'value'"):
+        save(df, nsq_options, summary_file=str(summary_file))
+
+    assert load_summary(summary_file)["status"] == "aborted"
