@@ -141,24 +141,22 @@ def encode_mpub(
     validate_topic_name(topic)
     if not bodies:
         raise NSQValueError("MPUB needs at least one message")
-    parts: list[bytes] = [b"", b""]
-    append = parts.append
-    total = 4
-    for index, body in enumerate(bodies):
-        size = len(body)
-        if not 0 < size <= max_msg_size or not isinstance(body, bytes):
-            _check_body(body, max_msg_size, f"MPUB message {index}")
-            body = bytes(body)  # a bytearray/memoryview of an acceptable size
-        append(_pack_u32(size))
-        append(body)
-        total += 4 + size
+    sizes = list(map(len, bodies))
+    total = 4 + 4 * len(sizes) + sum(sizes)
+    if min(sizes) == 0 or max(sizes) > max_msg_size or not all(type(b) is bytes for b in bodies):
+        bodies = [_check_body(b, max_msg_size, f"MPUB message {i}") for i, b in enumerate(bodies)]
     if total > max_body_size:
         raise NSQValueError(
             f"MPUB body is {total} bytes, over the max body size of {max_body_size} bytes "
             "(nsqd --max-body-size); split the batch with split_mpub()"
         )
-    parts[0] = b"MPUB " + topic.encode() + b"\n" + _pack_u32(total)
-    parts[1] = _pack_u32(len(bodies))
+    parts: list[bytes] = [
+        b"MPUB " + topic.encode() + b"\n" + _pack_u32(total) + _pack_u32(len(sizes))
+    ]
+    append = parts.append
+    for size, body in zip(sizes, bodies):
+        append(_pack_u32(size))
+        append(body)
     return b"".join(parts)
 
 

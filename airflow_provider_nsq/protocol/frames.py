@@ -192,14 +192,18 @@ class FrameDecoder:
         view = memoryview(buf)
         try:
             while end - pos >= FRAME_HEADER_SIZE:
-                size, ftype = unpack_header(buf, pos)
+                if end - pos >= _MESSAGE_PREFIX:
+                    # One unpack reads a message's whole header; for other frames the
+                    # extra fields are ignored.
+                    size, ftype, timestamp, attempts, raw_id = unpack_message(buf, pos)
+                else:
+                    size, ftype = unpack_header(buf, pos)
                 if size > limit or size < 4:
                     raise _bad_size(size, limit)
                 stop = pos + 4 + size
                 if stop > end:
                     break
                 if ftype == 2 and size >= 4 + MESSAGE_HEADER_SIZE:
-                    _, _, timestamp, attempts, raw_id = unpack_message(buf, pos)
                     append(
                         msg_class(
                             timestamp, attempts, raw_id, bytes(view[pos + _MESSAGE_PREFIX : stop])
