@@ -154,7 +154,7 @@ def encode_mpub(
         b"MPUB " + topic.encode() + b"\n" + _pack_u32(total) + _pack_u32(len(sizes))
     ]
     append = parts.append
-    for size, body in zip(sizes, bodies):
+    for size, body in zip(sizes, bodies, strict=True):
         append(_pack_u32(size))
         append(body)
     return b"".join(parts)
