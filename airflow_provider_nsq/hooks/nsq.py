@@ -297,11 +297,10 @@ class NSQHook(BaseHook):
         :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}``.
         """
         validate_topic_name(topic)
-        config = self.get_client_config()
-        delay_ms = check_delay_ms(
-            delay_to_ms(delay), config.max_req_timeout_ms, what="defer_publish delay"
-        )
+        delay_ms = delay_to_ms(delay)
         body = encode_body(message)
+        config = self.get_client_config()
+        check_delay_ms(delay_ms, config.max_req_timeout_ms, what="defer_publish delay")
         self.get_conn().defer_publish(topic, body, delay_ms)
         self.log.info(
             "Published 1 deferred message (%s bytes, delay %s ms) to topic %s",

@@ -1,0 +1,217 @@
+"""Connection -> ClientConfig: every extra, both connection forms, and the errors a
+user gets for a bad field (naming the key, never showing the AUTH secret)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+
+import pytest
+
+from airflow_provider_nsq.hooks.nsq import (
+    NSQConnectionConfigError,
+    NSQHook,
+    delay_to_ms,
+    duration_to_seconds,
+)
+from airflow_provider_nsq.protocol.errors import NSQValueError
+from airflow_provider_nsq.provider_info import CONN_FIELDS
+
+SECRET = "s3cret-auth-token-xyz"
+
+ALL_EXTRAS = {
+    "tls": "true",
+    "tls_verify": "false",
+    "tls_ca_file": "/etc/nsq/ca.pem",
+    "tls_cert_file": "/etc/nsq/client.pem",
+    "tls_key_file": "/etc/nsq/client.key",
+    "compression": "deflate",
+    "deflate_level": "3",
+    "heartbeat_interval_ms": "10000",
+    "msg_timeout_ms": "120000",
+    "client_id": "etl-worker",
+    "lookupd_http_addresses": "lookupd-1:4161,lookupd-2:4161",
+    "connect_timeout": "2.5",
+    "http_port": "4151",
+    "max_msg_size": "2048",
+    "max_body_size": "8192",
+    "max_req_timeout_ms": "7200000",
+}
+
+EXPECTED = {
+    "host": "nsqd.example.com",
+    "port": 4155,
+    "tls": True,
+    "tls_verify": False,
+    "tls_ca_file": "/etc/nsq/ca.pem",
+    "tls_cert_file": "/etc/nsq/client.pem",
+    "tls_key_file": "/etc/nsq/client.key",
+    "compression": "deflate",
+    "deflate_level": 3,
+    "heartbeat_interval_ms": 10000,
+    "msg_timeout_ms": 120000,
+    "client_id": "etl-worker",
+    "connect_timeout": 2.5,
+    "max_msg_size": 2048,
+    "max_body_size": 8192,
+    "max_req_timeout_ms": 7200000,
+    "auth_secret": SECRET,
+}
+
+
+def _uri(extras: dict[str, str], secret: str = SECRET) -> str:
+    query = "&".join(f"{k}={v}" for k, v in extras.items())
+    return f"nsq://:{secret}@nsqd.example.com:4155?{query}"
+
+
+def _typed(extras: dict[str, str]) -> dict:
+    """The same extras as JSON types (what the UI and the JSON form store)."""
+    out: dict = {}
+    for key, value in extras.items():
+        kind = CONN_FIELDS[key]["schema"]["type"][0]
+        if kind == "boolean":
+            out[key] = value == "true"
+        elif kind == "integer":
+            out[key] = int(value)
+        elif kind == "number":
+            out[key] = float(value)
+        elif key == "lookupd_http_addresses":
+            out[key] = value.split(",")
+        else:
+            out[key] = value
+    return out
+
+
+def _check(hook: NSQHook) -> None:
+    config = hook.get_client_config()
+    for name, value in EXPECTED.items():
+        assert getattr(config, name) == value, name
+    assert hook.lookupd_http_addresses == ["lookupd-1:4161", "lookupd-2:4161"]
+    assert hook.http_port == 4151
+
+
+def test_every_extra_is_documented_in_the_test():
+    # A new conn-field must be added to this test (and to docs/connections.md).
+    assert set(ALL_EXTRAS) == set(CONN_FIELDS)
+
+
+def test_uri_form_sets_every_extra(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_URI", _uri(ALL_EXTRAS))
+    _check(NSQHook(nsq_conn_id="nsq_uri"))
+
+
+def test_json_form_sets_every_extra(monkeypatch):
+    value = {
+        "conn_type": "nsq",
+        "host": "nsqd.example.com",
+        "port": 4155,
+        "password": SECRET,
+        "extra": _typed(ALL_EXTRAS),
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_JSON", json.dumps(value))
+    _check(NSQHook(nsq_conn_id="nsq_json"))
+
+
+def test_the_trigger_path_builds_the_same_config(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_URI", _uri(ALL_EXTRAS))
+    sync = NSQHook(nsq_conn_id="nsq_uri").get_client_config()
+    async_ = asyncio.run(NSQHook(nsq_conn_id="nsq_uri").aget_client_config())
+    # client_id/hostname defaults aside, every field is equal.
+    assert sync == async_
+
+
+def test_defaults_and_legacy_prefixed_or_blank_extras(monkeypatch):
+    value = {
+        "conn_type": "nsq",
+        "host": "nsqd",
+        # the pre-3.2 form prefixed extras; the UI stores blank fields as ""
+        "extra": {"extra__nsq__compression": "snappy", "tls_ca_file": "", "msg_timeout_ms": None},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_JSON", json.dumps(value))
+    config = NSQHook(nsq_conn_id="nsq_json").get_client_config()
+    assert (config.host, config.port, config.compression) == ("nsqd", 4150, "snappy")
+    assert config.tls is False and config.tls_verify is True
+    assert config.tls_ca_file is None and config.msg_timeout_ms is None
+    assert config.auth_secret is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("tls", "yes"),
+        ("tls_verify", 1),
+        ("deflate_level", "six"),
+        ("deflate_level", 12),
+        ("compression", "gzip"),
+        ("heartbeat_interval_ms", 1.5),
+        ("msg_timeout_ms", "10"),
+        ("connect_timeout", "soon"),
+        ("connect_timeout", 0),
+        ("http_port", True),
+        ("client_id", 42),
+        ("lookupd_http_addresses", 4161),
+        ("max_body_size", -1),
+    ],
+)
+def test_wrong_typed_extra_names_the_key(monkeypatch, key, value):
+    conn = {"conn_type": "nsq", "host": "nsqd", "password": SECRET, "extra": {key: value}}
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_BAD", json.dumps(conn))
+    with pytest.raises(NSQConnectionConfigError, match=key) as info:
+        NSQHook(nsq_conn_id="nsq_bad").get_client_config()
+    assert "nsq_bad" in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_unknown_extra_names_the_key_but_not_its_value(monkeypatch, caplog):
+    # A secret pasted into the wrong field must not be echoed back.
+    conn = {"conn_type": "nsq", "host": "nsqd", "extra": {"auth_secret": SECRET}}
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_BAD", json.dumps(conn))
+    with caplog.at_level(logging.DEBUG), pytest.raises(NSQConnectionConfigError) as info:
+        NSQHook(nsq_conn_id="nsq_bad").get_client_config()
+    assert "unknown extra 'auth_secret'" in str(info.value)
+    assert "tls_verify" in str(info.value)  # lists what is allowed
+    assert SECRET not in str(info.value)
+    assert SECRET not in caplog.text
+
+
+def test_secret_never_in_repr_or_logs(monkeypatch, caplog):
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_URI", _uri({"tls": "true"}))
+    with caplog.at_level(logging.DEBUG):
+        hook = NSQHook(nsq_conn_id="nsq_uri")
+        config = hook.get_client_config()
+    assert config.auth_secret == SECRET
+    assert SECRET not in repr(hook)
+    assert SECRET not in repr(config)
+    assert SECRET not in caplog.text
+
+
+def test_cert_without_key_is_an_error_without_the_secret(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_URI", _uri({"tls": "true", "tls_cert_file": "/c.pem"}))
+    with pytest.raises(NSQConnectionConfigError, match="tls_cert_file") as info:
+        NSQHook(nsq_conn_id="nsq_uri").get_client_config()
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("delay", "ms"),
+    [(0, 0), (1500, 1500), (datetime.timedelta(seconds=2), 2000), (datetime.timedelta(0), 0)],
+)
+def test_delay_accepts_ms_and_timedelta(delay, ms):
+    assert delay_to_ms(delay) == ms
+
+
+@pytest.mark.parametrize(
+    "delay", [-1, 1.5, "1000", True, datetime.timedelta(microseconds=500), None]
+)
+def test_bad_delay_is_refused_with_its_value(delay):
+    with pytest.raises(NSQValueError, match="delay"):
+        delay_to_ms(delay)
+
+
+def test_duration_accepts_seconds_and_timedelta():
+    assert duration_to_seconds(2, "window") == 2.0
+    assert duration_to_seconds(datetime.timedelta(milliseconds=250), "window") == 0.25
+    with pytest.raises(NSQValueError, match="window"):
+        duration_to_seconds(0, "window")

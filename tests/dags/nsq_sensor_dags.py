@@ -1,0 +1,56 @@
+"""DAGs the Airflow-layer tests run with ``dag.test()``: an NSQSensor (poke or
+deferrable) feeding a downstream task that returns what it received.
+
+Topic and channel come from params, so each test run uses its own topic.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from airflow.sdk import dag, task
+
+from airflow_provider_nsq.sensors.nsq import NSQSensor
+
+
+def keep(record: dict) -> bool:
+    """The poke DAG's message_filter: drop bodies starting with "skip"."""
+    return not record["body"].startswith("skip")
+
+
+def _sensor_dag(dag_id: str, *, deferrable: bool, min_messages: int, max_messages: int):
+    @dag(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime.datetime(2024, 1, 1),
+        catchup=False,
+        params={"topic": "nsq_sensor_test", "channel": "sensor"},
+        default_args={"retries": 0},
+    )
+    def sensor_dag():
+        messages = NSQSensor(
+            task_id="wait_for_messages",
+            topic="{{ params.topic }}",
+            channel="{{ params.channel }}",
+            min_messages=min_messages,
+            max_messages=max_messages,
+            window=datetime.timedelta(seconds=3),
+            message_filter=keep,
+            poke_interval=0.2,
+            timeout=60,
+            deferrable=deferrable,
+        )
+
+        @task
+        def received(records: list[dict]) -> list[dict]:
+            return records
+
+        received(messages.output)
+
+    return sensor_dag()
+
+
+poke_dag = _sensor_dag("nsq_sensor_poke", deferrable=False, min_messages=2, max_messages=3)
+deferrable_dag = _sensor_dag(
+    "nsq_sensor_deferrable", deferrable=True, min_messages=2, max_messages=2
+)
