@@ -324,7 +324,7 @@ class NSQSensor(BaseSensorOperator):
         )
 
     def _check_no_mapped_dependants(self) -> None:
-        if next(self.iter_mapped_dependants(), None) is not None:
+        if self.has_dag() and next(self.iter_mapped_dependants(), None) is not None:
             raise NSQValueError(
                 "NSQSensor's output cannot be mapped over directly (.expand(...)): the task "
                 "pushes its XCom before it FINs the messages. Map over a task that takes "

@@ -1,0 +1,94 @@
+"""Helpers for the Airflow-layer tests: the ``nsq_default`` connection pointing at the
+test broker, an independent consumer to see what nsqd holds, and ``dag.test()``
+runners that report task states and XCom values."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQMessage
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_DAGS = ROOT / "tests" / "dags"
+EXAMPLE_DAGS = ROOT / "example_dags"
+
+
+@pytest.fixture
+def nsq_default(nsqd, monkeypatch) -> str:
+    """Point the ``nsq_default`` Airflow connection at the test nsqd (env-var URI form)."""
+    uri = f"nsq://{nsqd.host}:{nsqd.tcp_port}?http_port={nsqd.http_port}"
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", uri)
+    return uri
+
+
+def client_config(nsqd, **changes: Any) -> ClientConfig:
+    return ClientConfig(host=nsqd.host, port=nsqd.tcp_port, **changes)
+
+
+def read(nsqd, topic: str, channel: str, count: int, timeout: float = 10.0) -> list[NSQMessage]:
+    """What a plain consumer gets: one window of up to ``count`` messages, FIN'd."""
+    with NSQConnection(client_config(nsqd)) as conn:
+        return conn.consume(topic, channel, max_messages=count, timeout=timeout, ack="fin")
+
+
+def channel_is_empty(nsqd, topic: str, channel: str) -> bool:
+    stats = nsqd.channel_stats(topic, channel)
+    return stats is not None and stats["depth"] == 0 and stats["in_flight_count"] == 0
+
+
+_modules: dict[Path, Any] = {}
+
+
+def load_dag(path: Path, dag_id: str):
+    """Import a DAG file (once) and return the DAG with ``dag_id``."""
+    from airflow.sdk import DAG
+
+    if path not in _modules:
+        name = f"nsq_test_dagfile_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[path] = module
+    for value in vars(_modules[path]).values():
+        if isinstance(value, DAG) and value.dag_id == dag_id:
+            return value
+    raise LookupError(f"no DAG {dag_id!r} in {path}")
+
+
+class RunResult:
+    """A finished ``dag.test()`` run: its state, task states and XCom return values."""
+
+    def __init__(self, dag_run) -> None:
+        from airflow.models.taskinstance import TaskInstance
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        self.dag_id = dag_run.dag_id
+        self.run_id = dag_run.run_id
+        self.state = str(dag_run.state)
+        with create_session() as session:
+            tis = session.scalars(
+                select(TaskInstance).where(
+                    TaskInstance.dag_id == self.dag_id, TaskInstance.run_id == self.run_id
+                )
+            ).all()
+            self.task_states = {ti.task_id: str(ti.state) for ti in tis}
+            rows = session.scalars(
+                XComModel.get_many(run_id=self.run_id, dag_ids=self.dag_id, key="return_value")
+            ).all()
+            self.xcom = {row.task_id: XComModel.deserialize_value(row) for row in rows}
+
+    def __repr__(self) -> str:
+        return f"<RunResult {self.dag_id} {self.state} {self.task_states}>"
+
+
+def run_dag(dag, **conf: Any) -> RunResult:
+    return RunResult(dag.test(run_conf=conf))

@@ -1,0 +1,70 @@
+"""NSQMessageTrigger: serialisable, fires without consuming, closes on cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
+
+from .conftest import read
+
+
+def _trigger(topic: str = "events", **kwargs) -> NSQMessageTrigger:
+    return NSQMessageTrigger(topic=topic, channel="etl", **kwargs)
+
+
+def test_serialize_round_trips():
+    trigger = _trigger(nsq_conn_id="nsq_other", read_timeout=12.5)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_provider_nsq.triggers.nsq.NSQMessageTrigger"
+    json.dumps(kwargs)  # the triggerer stores it as JSON
+    assert type(trigger)(**kwargs).serialize() == trigger.serialize()
+
+
+async def _first_event(trigger: NSQMessageTrigger, timeout: float = 15.0):
+    return await asyncio.wait_for(trigger.run().__anext__(), timeout)
+
+
+def test_fires_on_a_message_and_leaves_it_on_the_channel(nsqd, nsq_default, nsq_topic):
+    nsqd.http_publish(nsq_topic, "hello")
+
+    event = asyncio.run(_first_event(_trigger(nsq_topic)))
+
+    assert event.payload == {
+        "status": "message",
+        "topic": nsq_topic,
+        "channel": "etl",
+        "attempts": 2,
+    }
+    nsqd.wait_for(lambda: nsqd.channel_stats(nsq_topic, "etl")["depth"] == 1)
+    (message,) = read(nsqd, nsq_topic, "etl", count=1)
+    assert (message.body, message.attempts) == (b"hello", 2)
+
+
+def test_cancelling_closes_the_connection(nsqd, nsq_default, nsq_topic):
+    trigger = _trigger(nsq_topic)
+
+    def subscribers() -> int:
+        stats = nsqd.channel_stats(nsq_topic, "etl") or {}
+        return len(stats.get("clients", []))
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(_first_event(trigger, timeout=60))
+        await asyncio.to_thread(nsqd.wait_for, lambda: subscribers() == 1, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert trigger.connection is None
+    nsqd.wait_for(lambda: subscribers() == 0)
+
+
+def test_bad_connection_settings_fire_an_error_event(monkeypatch, nsq_topic):
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", "nsq://localhost:4150?compression=gzip")
+    event = asyncio.run(_first_event(_trigger(nsq_topic)))
+    assert event.payload["status"] == "error"
+    assert "compression" in event.payload["message"]
