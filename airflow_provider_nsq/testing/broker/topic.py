@@ -1,0 +1,117 @@
+"""A topic: fans each published message out to every channel.
+
+FACTS.md section 5: a topic with no channel keeps its messages until the first channel
+appears (that channel gets them all); an ``#ephemeral`` topic goes with its last channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .channel import Channel, QueueFull
+from .message import BrokerMessage, now_ns
+
+if TYPE_CHECKING:
+    from .server import Broker
+
+
+class Topic:
+    def __init__(self, broker: Broker, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.name = name
+        self.ephemeral = name.endswith("#ephemeral")
+        self.loop = loop
+        self.channels: dict[str, Channel] = {}
+        self.pending: deque[BrokerMessage] = deque()  # only while there is no channel
+        self.paused = False
+        self.deleted = False
+        self.message_count = 0
+        self.message_bytes = 0
+
+    def get_channel(self, name: str) -> Channel:
+        channel = self.channels.get(name)
+        if channel is None:
+            channel = self.channels[name] = Channel(self, name, self.loop)
+            if len(self.channels) == 1 and self.pending and not self.paused:
+                pending, self.pending = self.pending, deque()
+                channel.put_many(pending, self.loop.time())
+        return channel
+
+    def delete_channel(self, name: str) -> bool:
+        channel = self.channels.pop(name, None)
+        if channel is None:
+            return False
+        channel.close()
+        if self.ephemeral and not self.channels and not self.deleted:
+            self.broker.delete_topic(self.name)
+        return True
+
+    def publish(self, bodies: list[bytes], defer_ms: int = 0) -> None:
+        """Publish all of ``bodies`` or none (raises :class:`QueueFull`)."""
+        n = len(bodies)
+        limit = self.broker.options.mem_queue_size
+        channels = list(self.channels.values()) if not self.paused else []
+        if channels:
+            for channel in channels:
+                if channel.room() < n:
+                    raise QueueFull(
+                        f"channel {self.name}:{channel.name} is full "
+                        f"(mem-queue-size {limit}; the embedded broker has no disk queue)"
+                    )
+        elif len(self.pending) + n > limit:
+            raise QueueFull(
+                f"topic {self.name} is full (mem-queue-size {limit}; "
+                "the embedded broker has no disk queue)"
+            )
+        ts = now_ns()
+        ids = self.broker.ids.next_ids(n)
+        messages = [
+            BrokerMessage(msg_id, body, ts, defer_ms) for msg_id, body in zip(ids, bodies)
+        ]
+        self.message_count += n
+        self.message_bytes += sum(map(len, bodies))
+        if not channels:
+            self.pending.extend(messages)
+            return
+        now = self.loop.time()
+        first, *others = channels
+        for channel in others:
+            channel.put_many([m.copy() for m in messages], now)
+        first.put_many(messages, now)
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        if not paused and self.pending and self.channels:
+            pending, self.pending = self.pending, deque()
+            now = self.loop.time()
+            channels = list(self.channels.values())
+            for channel in channels[1:]:
+                channel.put_many([m.copy() for m in pending], now)
+            channels[0].put_many(pending, now)
+
+    def empty(self) -> None:
+        self.pending.clear()
+
+    def close(self) -> None:
+        self.deleted = True
+        for name in list(self.channels):
+            channel = self.channels.pop(name)
+            channel.close()
+        self.pending.clear()
+
+    def stats(self, channel: str | None = None, include_clients: bool = True) -> dict[str, Any]:
+        names = sorted(self.channels)
+        if channel is not None:
+            names = [n for n in names if n == channel]
+        return {
+            "topic_name": self.name,
+            "channels": [self.channels[n].stats(include_clients) for n in names],
+            "depth": len(self.pending),
+            "backend_depth": 0,
+            "message_count": self.message_count,
+            "message_bytes": self.message_bytes,
+            "paused": self.paused,
+            "e2e_processing_latency": {"count": 0, "percentiles": None},
+        }
