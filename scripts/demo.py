@@ -1,0 +1,311 @@
+"""``make demo``: the whole NSQ -> Airflow -> Spark -> NSQ pipeline on this machine.
+
+Starts the embedded nsqd (or uses ``NSQD_ADDRESS``), points Airflow at a throw-away home,
+runs the example DAGs from ``example_dags/nsq_gate_spark_job.py`` with ``dag.test()``
+(the producer, then the gate: NSQSensor -> stage -> spark-submit in local mode ->
+announce), reads the results back from NSQ and prints a summary. Exit status 0 when
+everything worked; a missing Java or a busy port is one sentence on stderr and status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DAG_FILE = ROOT / "example_dags" / "nsq_gate_spark_job.py"
+# The demo imports the provider from the checkout even when run outside the venv's install.
+sys.path.insert(0, str(ROOT))
+
+
+class DemoError(Exception):
+    """A problem the user can fix; its text is the one sentence printed."""
+
+
+def step(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=60, help="synthetic events (default 60)")
+    parser.add_argument("--tcp-port", type=int, default=4150, help="embedded nsqd TCP port")
+    parser.add_argument("--http-port", type=int, default=4151, help="embedded nsqd HTTP port")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show Airflow's and Spark's own logs"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary AIRFLOW_HOME and staged files"
+    )
+    return parser.parse_args(argv)
+
+
+# -- preflight --------------------------------------------------------------------------
+
+
+def check_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise DemoError(
+            "Java was not found (no `java` on PATH and JAVA_HOME is not set): Spark needs "
+            "Java 17 or newer, e.g. `apt-get install openjdk-17-jre-headless`."
+        )
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DemoError(f"Java at {java} does not run ({exc}): Spark needs Java 17.") from None
+    first = (out.stderr or out.stdout).strip().splitlines()
+    return first[0] if first else java
+
+
+def check_spark_submit() -> None:
+    if not shutil.which("spark-submit"):
+        raise DemoError(
+            "spark-submit was not found on PATH: install pyspark into this environment "
+            "(`make demo` does) or put its bin directory on PATH."
+        )
+
+
+def check_port_free(port: int, what: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise DemoError(
+                    f"Port {port} ({what}) on 127.0.0.1 is already in use: stop what listens "
+                    f"there, choose other ports with --tcp-port/--http-port, or use a running "
+                    f"nsqd with NSQD_ADDRESS=127.0.0.1:{port}."
+                ) from None
+            raise
+
+
+def check_reachable(host: str, port: int) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            pass
+    except OSError as exc:
+        raise DemoError(
+            f"Cannot reach nsqd at {host}:{port} (NSQD_ADDRESS): {exc.strerror or exc}."
+        ) from None
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise DemoError(f"NSQD_ADDRESS must be host:port, got {address!r}.")
+    return host.strip("[]"), int(port)
+
+
+# -- broker -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def broker(args: argparse.Namespace) -> Iterator[tuple[str, int, str]]:
+    """Yield (host, tcp_port, description) of the nsqd to use."""
+    external = os.environ.get("NSQD_ADDRESS")
+    if external:
+        host, port = split_address(external)
+        check_reachable(host, port)
+        yield host, port, f"nsqd at {host}:{port} (NSQD_ADDRESS)"
+        return
+    check_port_free(args.tcp_port, "embedded nsqd TCP")
+    check_port_free(args.http_port, "embedded nsqd HTTP")
+    from airflow_provider_nsq.testing import EmbeddedNSQD
+
+    try:
+        server = EmbeddedNSQD(
+            host="127.0.0.1", tcp_port=args.tcp_port, http_port=args.http_port
+        ).__enter__()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise DemoError(
+                f"Port {args.tcp_port} or {args.http_port} on 127.0.0.1 was taken while the "
+                "embedded nsqd started: pick others with --tcp-port/--http-port."
+            ) from None
+        raise
+    try:
+        yield server.host, server.tcp_port, f"embedded nsqd on {server.tcp_address}"
+    finally:
+        step("Stopping the embedded nsqd")
+        server.__exit__(None, None, None)
+
+
+# -- Airflow ----------------------------------------------------------------------------
+
+
+def configure_airflow(home: str, host: str, port: int, verbose: bool) -> None:
+    """Environment for dag.test(); must happen before anything imports Airflow."""
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": home,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            # dag.test() needs the DAG file inside the dags folder.
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW_CONN_NSQ_DEFAULT": f"nsq://{host}:{port}",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+            # Spark's Python workers must be this interpreter (it has the provider).
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "NSQ_STAGING_DIR": str(Path(home) / "staging"),
+        }
+    )
+    if not verbose:
+        os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
+
+
+def load_dags() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("nsq_gate_spark_job", DAG_FILE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def xcom(dag_run: Any, task_id: str) -> Any:
+    ti = dag_run.get_task_instance(task_id)
+    return ti.xcom_pull(task_ids=task_id) if ti is not None else None
+
+
+def run_dag(dag: Any, conf: dict[str, Any]) -> Any:
+    started = time.monotonic()
+    dag_run = dag.test(run_conf=conf)
+    took = time.monotonic() - started
+    if dag_run.state != "success":
+        failed = [ti.task_id for ti in dag_run.get_task_instances() if ti.state not in ("success",)]
+        raise DemoError(
+            f"DAG {dag.dag_id} ended {dag_run.state} (tasks not successful: "
+            f"{', '.join(failed) or 'none'}); rerun with --verbose to see the task logs."
+        )
+    print(f"    {dag.dag_id}: success in {took:.1f}s", flush=True)
+    return dag_run
+
+
+def read_back(host: str, port: int, topic: str, expected: int) -> list[dict[str, Any]]:
+    from airflow_provider_nsq.client import ClientConfig, NSQConnection
+
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < expected and time.monotonic() < deadline:
+        with NSQConnection(ClientConfig(host=host, port=port)) as conn:
+            messages = conn.consume(topic, "demo-readback", max_messages=100, timeout=2.0)
+        got.extend(json.loads(m.body) for m in messages)
+    return got
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> None:
+    step("Checking Java and spark-submit")
+    print(f"    {check_java()}", flush=True)
+    check_spark_submit()
+    home = tempfile.mkdtemp(prefix="nsq-demo-airflow-")
+    try:
+        step("Starting the NSQ broker")
+        with broker(args) as (host, port, where):
+            print(f"    using {where}", flush=True)
+            # A shared nsqd may hold channels and messages from earlier runs: use fresh
+            # topics there. The embedded broker starts empty, so plain names read best.
+            suffix = f".{uuid.uuid4().hex[:6]}" if os.environ.get("NSQD_ADDRESS") else ""
+            topics = {
+                "events_topic": f"pipeline.events{suffix}",
+                "results_topic": f"pipeline.results{suffix}",
+                "done_topic": f"pipeline.done{suffix}",
+            }
+            configure_airflow(home, host, port, args.verbose)
+
+            step(f"Creating the Airflow metadata DB in {home}")
+            from airflow.utils import db
+
+            with contextlib.redirect_stdout(None if args.verbose else open(os.devnull, "w")):
+                db.resetdb()
+            dags = load_dags()
+
+            step(f"Producer DAG: publishing {args.events} events to {topics['events_topic']}")
+            produced = run_dag(
+                dags.producer_dag,
+                {"events_topic": topics["events_topic"], "event_count": args.events, "seed": 7},
+            )
+            published = (xcom(produced, "publish_events") or {}).get("messages", 0)
+
+            step(
+                "Gate DAG (about 30 s; spark-submit starts its own JVM): NSQSensor -> "
+                "stage JSON Lines -> spark-submit (local[*]) -> "
+                f"{topics['results_topic']} -> {topics['done_topic']}"
+            )
+            gated = run_dag(dags.gate_dag, {**topics, "channel": "spark-gate"})
+            received = len(xcom(gated, "wait_for_events") or [])
+            staged = xcom(gated, "stage_events") or {}
+
+            step(f"Reading the results back from {topics['results_topic']}")
+            expected = len(dags.PIPELINES)
+            results = sorted(
+                read_back(host, port, topics["results_topic"], expected),
+                key=lambda r: r.get("pipeline", ""),
+            )
+            done = read_back(host, port, topics["done_topic"], 1)
+
+            aggregated = sum(int(r.get("events", 0)) for r in results)
+            print()
+            print("Summary")
+            print(f"  events published             {published:>6}  ({topics['events_topic']})")
+            print(f"  messages the gate received   {received:>6}  (channel spark-gate)")
+            print(f"  events staged for Spark      {staged.get('events', 0):>6}")
+            print(f"  rows Spark aggregated        {aggregated:>6}  ({len(results)} pipelines)")
+            print(f"  result messages read back    {len(results):>6}  ({topics['results_topic']})")
+            for r in results:
+                print(
+                    f"      {r['pipeline']:<10} {r['events']:>4} events  {r['failed']:>3} failed  "
+                    f"{r['rows']:>8} rows  avg {r['avg_duration_ms']:>8.1f} ms"
+                )
+            print(f"  done message                 {json.dumps(done[0]) if done else 'missing'}")
+            if published != args.events or received != published or aggregated != received:
+                raise DemoError(
+                    "The counts above do not line up (see the summary); rerun with --verbose."
+                )
+            if len(results) != expected or len(done) != 1:
+                raise DemoError(
+                    f"Expected {expected} result messages and 1 done message, read "
+                    f"{len(results)} and {len(done)}."
+                )
+    finally:
+        if args.keep:
+            print(f"    kept {home}", flush=True)
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+    print("\nDemo finished: NSQ gated the Spark job and its results came back through NSQ.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except DemoError as exc:
+        print(f"demo: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("demo: interrupted.", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
