@@ -1,0 +1,168 @@
+"""``python -m airflow_provider_nsq.testing.broker``: run the embedded broker.
+
+Flags use nsqd's names (``--max-msg-size``, ``--msg-timeout=60s``, ``--tls-cert``,
+``--auth-http-address`` ...); durations take Go's syntax (``250ms``, ``60s``, ``1h``)
+or plain milliseconds. Stops cleanly on SIGINT / SIGTERM. Not a production broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import signal
+import sys
+from collections.abc import Sequence
+
+from .options import BrokerOptions
+from .server import Broker
+
+_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_duration_ms(text: str) -> int:
+    """A Go duration (``1m30s``, ``250ms``) or a plain number of milliseconds."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    pos, total = 0, 0.0
+    for match in _DURATION.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 250ms, 60s, 1h)")
+    return int(total)
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "t", "true", "yes", "on"):
+        return True
+    if value in ("0", "f", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def _tls_required(text: str) -> bool | str:
+    if text.strip().lower() == "tcp-https":
+        return "tcp-https"
+    return parse_bool(text)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"invalid address {text!r}, expected HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m airflow_provider_nsq.testing.broker",
+        description="An in-memory nsqd 1.3.0-compatible broker for tests and demos "
+        "(not for production: no disk persistence).",
+    )
+    add = p.add_argument
+    add("--host", default=None, help="address to bind (default 127.0.0.1)")
+    add("--tcp-port", type=int, default=None, help="TCP port (default 4150; 0 = free port)")
+    add("--http-port", type=int, default=None, help="HTTP port (default 4151; 0 = free port)")
+    add("--https-port", type=int, default=None, help="HTTPS port, with --tls-cert (default: free)")
+    add("--tcp-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
+    add("--http-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
+    add("--https-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
+    add("--broadcast-address", default="127.0.0.1")
+    for flag in ("max-msg-size", "max-body-size", "max-rdy-count", "max-output-buffer-size",
+                 "max-deflate-level", "max-channel-consumers", "mem-queue-size"):
+        add(f"--{flag}", type=int, default=None)
+    for flag in ("max-req-timeout", "msg-timeout", "max-msg-timeout", "max-heartbeat-interval",
+                 "max-output-buffer-timeout", "min-output-buffer-timeout",
+                 "output-buffer-timeout", "http-client-connect-timeout",
+                 "http-client-request-timeout"):
+        add(f"--{flag}", type=parse_duration_ms, default=None, metavar="DURATION")
+    for flag in ("deflate", "snappy"):
+        add(f"--{flag}", type=parse_bool, nargs="?", const=True, default=None, metavar="BOOL")
+    add("--tls-cert", default=None)
+    add("--tls-key", default=None)
+    add("--tls-root-ca-file", default=None)
+    add("--tls-required", type=_tls_required, nargs="?", const=True, default=None,
+        metavar="true|false|tcp-https")
+    add("--tls-client-auth-policy", default=None, choices=["", "require", "require-verify"])
+    add("--tls-min-version", default=None, choices=["tls1.0", "tls1.1", "tls1.2", "tls1.3"])
+    add("--auth-http-address", action="append", default=None,
+        help="nsqd-style auth server HOST:PORT or URL (repeatable)")
+    add("--log-level", default="info", choices=["debug", "info", "warn", "warning", "error"])
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> BrokerOptions:
+    kwargs: dict[str, object] = {}
+    host = args.host
+    tcp_port = 4150 if args.tcp_port is None else args.tcp_port
+    http_port = 4151 if args.http_port is None else args.http_port
+    if args.tcp_address is not None:
+        host = host or args.tcp_address[0]
+        tcp_port = args.tcp_address[1] if args.tcp_port is None else tcp_port
+    if args.http_address is not None:
+        http_port = args.http_address[1] if args.http_port is None else http_port
+    if args.https_address is not None and args.https_port is None:
+        kwargs["https_port"] = args.https_address[1]
+    elif args.https_port is not None:
+        kwargs["https_port"] = args.https_port
+    kwargs.update(host=host or "127.0.0.1", tcp_port=tcp_port, http_port=http_port)
+    for name in (
+        "broadcast_address", "max_msg_size", "max_body_size", "max_rdy_count",
+        "max_output_buffer_size", "max_deflate_level", "max_channel_consumers",
+        "mem_queue_size", "max_req_timeout", "msg_timeout", "max_msg_timeout",
+        "max_heartbeat_interval", "max_output_buffer_timeout", "min_output_buffer_timeout",
+        "output_buffer_timeout", "http_client_connect_timeout", "http_client_request_timeout",
+        "deflate", "snappy", "tls_cert", "tls_key", "tls_root_ca_file", "tls_required",
+        "tls_client_auth_policy", "tls_min_version", "auth_http_address",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            kwargs[name] = value
+    return BrokerOptions(**kwargs)  # type: ignore[arg-type]
+
+
+async def serve(options: BrokerOptions) -> None:
+    """Run until SIGINT or SIGTERM."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+    broker = Broker(options)
+    await broker.start()
+    try:
+        await stop.wait()
+    finally:
+        await broker.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        options = options_from_args(args)
+    except ValueError as exc:
+        build_parser().error(str(exc))
+    try:
+        asyncio.run(serve(options))
+    except OSError as exc:
+        logging.getLogger("airflow_provider_nsq.testing.broker").error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""pytest plugin (entry point ``pytest11: nsq``): NSQ servers for tests.
+
+Fixtures:
+
+- ``nsqd`` (session): an embedded nsqd-compatible broker, or the real nsqd named by
+  ``NSQD_ADDRESS=host:port`` (and ``NSQD_HTTP_ADDRESS=host:port``, default: the TCP
+  port + 1) — see :class:`NSQDServer` for its attributes and helpers;
+- ``nsqd_factory`` (function): ``nsqd_factory(**options)`` starts a dedicated embedded
+  broker with custom nsqd flags (limits, TLS, AUTH ...), stopped after the test; skips
+  when ``NSQD_ADDRESS`` is set;
+- ``nsq_topic`` (function): a unique valid topic name for the test;
+- ``tls_files`` (session): a throw-away CA, server certificate (127.0.0.1) and client
+  certificate, see :func:`airflow_provider_nsq.testing.certificates.generate_tls_files`.
+
+Importing this module is cheap: it imports neither Airflow nor the broker until a
+fixture needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pytest
+
+if TYPE_CHECKING:
+    from .broker import EmbeddedNSQD
+    from .certificates import TLSFiles
+
+T = TypeVar("T")
+
+__all__ = ["NSQDServer"]
+
+
+class NSQDServer:
+    """An NSQ server for a test: its addresses and a few HTTP helpers.
+
+    Works the same against the embedded broker (``embedded=True``, ``broker`` is the
+    :class:`~airflow_provider_nsq.testing.broker.EmbeddedNSQD`) and a real nsqd
+    (``embedded=False``, ``broker=None``): the helpers only use nsqd's HTTP API.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        tcp_port: int,
+        http_port: int,
+        broker: EmbeddedNSQD | None = None,
+        http_scheme: str = "http",
+        http_host: str | None = None,
+    ) -> None:
+        self.host = host
+        self.http_host = http_host or host
+        self.tcp_port = tcp_port
+        self.http_port = http_port
+        self.broker = broker
+        self.embedded = broker is not None
+        self._scheme = http_scheme
+
+    @property
+    def tcp_address(self) -> str:
+        return f"{self.host}:{self.tcp_port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.http_host}:{self.http_port}"
+
+    def __repr__(self) -> str:
+        kind = "embedded" if self.embedded else "external"
+        return f"NSQDServer({kind}, tcp={self.tcp_address}, http={self.http_address})"
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def http(
+        self, method: str, path: str, query: dict[str, Any] | None = None, body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """One request to the HTTP API; returns (status, body) whatever the status."""
+        url = f"{self._scheme}://{self.http_address}{path}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        request = urllib.request.Request(url, data=body, method=method)
+        context = None
+        if self._scheme == "https":  # the embedded broker's throw-away certificate
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+        )
+        try:
+            with opener.open(request, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def _post(self, path: str, query: dict[str, Any], body: bytes = b"", ok: tuple[int, ...] = (200,)) -> None:
+        status, data = self.http("POST", path, query, body)
+        if status not in ok:
+            raise AssertionError(f"POST {path} {query} -> {status} {data[:200]!r}")
+
+    def stats(self, topic: str | None = None) -> dict[str, Any]:
+        """``/stats?format=json`` (nsqd 1.3 shape: ``version``, ``topics`` ... at the top)."""
+        query: dict[str, Any] = {"format": "json"}
+        if topic is not None:
+            query["topic"] = topic
+        status, data = self.http("GET", "/stats", query)
+        if status != 200:
+            raise AssertionError(f"GET /stats -> {status} {data[:200]!r}")
+        doc: dict[str, Any] = json.loads(data)
+        return doc.get("data", doc)  # nsqd < 1.0 wrapped it in "data"
+
+    def topic_stats(self, topic: str) -> dict[str, Any] | None:
+        for t in self.stats(topic).get("topics") or []:
+            if t.get("topic_name") == topic:
+                return t  # type: ignore[no-any-return]
+        return None
+
+    def channel_stats(self, topic: str, channel: str) -> dict[str, Any] | None:
+        t = self.topic_stats(topic)
+        for c in (t or {}).get("channels") or []:
+            if c.get("channel_name") == channel:
+                return c  # type: ignore[no-any-return]
+        return None
+
+    def http_publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:
+        query: dict[str, Any] = {"topic": topic}
+        if defer_ms is not None:
+            query["defer"] = defer_ms
+        self._post("/pub", query, body)
+
+    def create_topic(self, topic: str) -> None:
+        self._post("/topic/create", {"topic": topic})
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        """Create the topic and the channel, so messages published from now on wait."""
+        self.create_topic(topic)
+        self._post("/channel/create", {"topic": topic, "channel": channel})
+
+    def delete_topic(self, topic: str) -> None:
+        self._post("/topic/delete", {"topic": topic}, ok=(200, 404))
+
+    # -- waiting -------------------------------------------------------------------------
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.02) -> T:
+        """Poll ``predicate`` until it returns something truthy (and return that)."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while True:
+            last = predicate()
+            if last:
+                return last
+            if time.monotonic() >= deadline:
+                name = getattr(predicate, "__name__", repr(predicate))
+                raise AssertionError(f"condition {name} not met within {timeout}s (last: {last!r})")
+            time.sleep(interval)
+
+
+def _server_for(broker: EmbeddedNSQD) -> NSQDServer:
+    opts = broker.options
+    if opts.http_tls_required and broker.https_port:
+        return NSQDServer(broker.host, broker.tcp_port, broker.https_port, broker, "https")
+    return NSQDServer(broker.host, broker.tcp_port, broker.http_port, broker)
+
+
+def _split_address(value: str, what: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise pytest.UsageError(f"{what}={value!r}: expected host:port")
+    return host or "127.0.0.1", int(port)
+
+
+@pytest.fixture(scope="session")
+def nsqd() -> Iterator[NSQDServer]:
+    """The session's NSQ server: embedded, or ``NSQD_ADDRESS`` / ``NSQD_HTTP_ADDRESS``."""
+    address = os.environ.get("NSQD_ADDRESS")
+    if address:
+        host, tcp_port = _split_address(address, "NSQD_ADDRESS")
+        http = os.environ.get("NSQD_HTTP_ADDRESS")
+        http_host, http_port = (
+            _split_address(http, "NSQD_HTTP_ADDRESS") if http else (host, tcp_port + 1)
+        )
+        yield NSQDServer(host, tcp_port, http_port, http_host=http_host)
+        return
+    from .broker import EmbeddedNSQD
+
+    broker = EmbeddedNSQD().start()
+    try:
+        yield _server_for(broker)
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def nsqd_factory() -> Iterator[Callable[..., NSQDServer]]:
+    """``nsqd_factory(**options)``: a dedicated embedded broker with custom nsqd flags."""
+    if os.environ.get("NSQD_ADDRESS"):
+        pytest.skip("needs an embedded broker with custom flags")
+    from .broker import EmbeddedNSQD
+
+    started: list[EmbeddedNSQD] = []
+
+    def factory(**options: Any) -> NSQDServer:
+        broker = EmbeddedNSQD(**options).start()
+        started.append(broker)
+        return _server_for(broker)
+
+    try:
+        yield factory
+    finally:
+        for broker in reversed(started):
+            broker.stop()
+
+
+_UNSAFE = re.compile(r"[^.a-zA-Z0-9_-]+")
+
+
+@pytest.fixture
+def nsq_topic(request: pytest.FixtureRequest) -> str:
+    """A unique, valid topic name for this test (``t_<test name>_<random hex>``)."""
+    suffix = secrets.token_hex(4)
+    stem = _UNSAFE.sub("_", request.node.name).strip("_") or "test"
+    return f"t_{stem[: 64 - 3 - len(suffix)]}_{suffix}"
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (PEM paths)."""
+    from .certificates import generate_tls_files
+
+    return generate_tls_files(tmp_path_factory.mktemp("nsq-tls"))
