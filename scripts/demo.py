@@ -127,7 +127,7 @@ def broker(args: argparse.Namespace) -> Iterator[tuple[str, int, str]]:
         return
     check_port_free(args.tcp_port, "embedded nsqd TCP")
     check_port_free(args.http_port, "embedded nsqd HTTP")
-    from airflow_provider_nsq.testing import EmbeddedNSQD
+    from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 
     try:
         server = EmbeddedNSQD(
