@@ -206,7 +206,9 @@ class NSQSensor(BaseSensorOperator):
                 else:
                     hook.requeue(rejected, delay=self.rejected_requeue_delay_ms)
                 self.log.info(
-                    "message_filter rejected %s message(s) (%sed)", len(rejected), self.rejected
+                    "message_filter rejected %s message(s); %s them",
+                    len(rejected),
+                    "finished" if self.rejected == "finish" else "requeued",
                 )
             if len(accepted) < self.min_messages:
                 hook.requeue(accepted)

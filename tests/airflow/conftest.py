@@ -4,8 +4,6 @@ runners that report task states and XCom values."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,25 +39,21 @@ def channel_is_empty(nsqd, topic: str, channel: str) -> bool:
     return stats is not None and stats["depth"] == 0 and stats["in_flight_count"] == 0
 
 
-_modules: dict[Path, Any] = {}
+_bags: dict[Path, Any] = {}
 
 
 def load_dag(path: Path, dag_id: str):
-    """Import a DAG file (once) and return the DAG with ``dag_id``."""
-    from airflow.sdk import DAG
+    """Parse a DAG file the way Airflow does (once per file) and return one of its DAGs."""
+    from airflow.dag_processing.dagbag import DagBag
 
-    if path not in _modules:
-        name = f"nsq_test_dagfile_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        _modules[path] = module
-    for value in vars(_modules[path]).values():
-        if isinstance(value, DAG) and value.dag_id == dag_id:
-            return value
-    raise LookupError(f"no DAG {dag_id!r} in {path}")
+    if path not in _bags:
+        bag = DagBag(dag_folder=str(path))
+        assert not bag.import_errors, bag.import_errors
+        _bags[path] = bag
+    dag = _bags[path].dags.get(dag_id)
+    if dag is None:
+        raise LookupError(f"no DAG {dag_id!r} in {path}")
+    return dag
 
 
 class RunResult:

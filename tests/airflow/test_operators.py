@@ -66,7 +66,7 @@ def test_templated_arguments_are_checked_at_execute_without_network():
 
 @pytest.mark.slow
 def test_example_dag_publishes_pub_dpub_and_mpub(airflow_db, nsqd, nsq_default, nsq_topic):
-    delay_ms = 6000
+    delay_ms = 4000
     nsqd.create_channel(nsq_topic, "reader")
     dag = load_dag(EXAMPLE_DAGS / "nsq_publish_events.py", "nsq_publish_events")
 
