@@ -126,7 +126,7 @@ def test_past_deadline_after_a_short_window_times_out(mocker):
 
 
 def test_short_window_requeues_at_once_and_keeps_waiting(nsqd, nsq_default, nsq_topic):
-    nsqd.http_publish(nsq_topic, "only-one")
+    nsqd.http_publish(nsq_topic, b"only-one")
     sensor = _sensor(topic=nsq_topic, min_messages=2, max_messages=5)
     assert sensor.poke({}) is False
     nsqd.wait_for(lambda: (nsqd.channel_stats(nsq_topic, "etl") or {}).get("depth") == 1)
@@ -161,7 +161,7 @@ def test_rejected_messages_requeued_with_delay_and_accepted_ones_finished_after_
 
 
 def test_failed_push_requeues_the_window(nsqd, nsq_default, nsq_topic):
-    nsqd.http_publish(nsq_topic, "m1")
+    nsqd.http_publish(nsq_topic, b"m1")
     sensor = _sensor(topic=nsq_topic)
     try:
         assert sensor.poke({}) is True
@@ -178,7 +178,7 @@ def test_failed_push_requeues_the_window(nsqd, nsq_default, nsq_topic):
 
 @pytest.mark.slow
 def test_poke_mode_hands_accepted_messages_downstream(airflow_db, nsqd, nsq_default, nsq_topic):
-    for body in ("a", "skip-me", "b"):
+    for body in (b"a", b"skip-me", b"b"):
         nsqd.http_publish(nsq_topic, body)
 
     result = run_dag(load_dag(DAGS, "nsq_sensor_poke"), topic=nsq_topic, channel="sensor")
@@ -231,7 +231,7 @@ def test_failed_xcom_push_leaves_messages_for_a_rerun(
 ):
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    for body in ("x1", "x2"):
+    for body in (b"x1", b"x2"):
         nsqd.http_publish(nsq_topic, body)
     dag = load_dag(DAGS, "nsq_sensor_poke")
 

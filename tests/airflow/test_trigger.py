@@ -29,7 +29,7 @@ async def _first_event(trigger: NSQMessageTrigger, timeout: float = 15.0):
 
 
 def test_fires_on_a_message_and_leaves_it_on_the_channel(nsqd, nsq_default, nsq_topic):
-    nsqd.http_publish(nsq_topic, "hello")
+    nsqd.http_publish(nsq_topic, b"hello")
 
     event = asyncio.run(_first_event(_trigger(nsq_topic)))
 
