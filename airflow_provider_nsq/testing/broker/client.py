@@ -480,7 +480,14 @@ class ClientConnection(asyncio.Protocol):
             if self.sample_rate > 0:
                 self.pump_sample_rate = self.sample_rate
             self.pump_msg_timeout = self.msg_timeout
-            self._start_heartbeat(self.heartbeat_interval)
+            # nsqd's pump starts its ticker just after the IOLoop has set the new read
+            # deadline, so the deadline (2 intervals) wins over the 2nd heartbeat
+            # (heartbeat_timeout: one heartbeat, then the close).
+            self._start_heartbeat(self.heartbeat_interval, offset=0.001)
+        self._last_read = self.loop.time()
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+        self._arm_deadline()
         return None
 
     def subscribed(self, channel: Channel) -> None:
@@ -580,13 +587,13 @@ class ClientConnection(asyncio.Protocol):
 
     # -- timers --------------------------------------------------------------------------------
 
-    def _start_heartbeat(self, interval_ms: int) -> None:
+    def _start_heartbeat(self, interval_ms: int, offset: float = 0.0) -> None:
         if self._hb_handle is not None:
             self._hb_handle.cancel()
             self._hb_handle = None
         if interval_ms > 0 and not self.closed:
             self._hb_interval = interval_ms / 1000.0
-            self._hb_next = self.loop.time() + self._hb_interval
+            self._hb_next = self.loop.time() + offset + self._hb_interval
             self._hb_handle = self.loop.call_at(self._hb_next, self._on_heartbeat)
 
     def _on_heartbeat(self) -> None:
