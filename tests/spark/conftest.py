@@ -7,6 +7,7 @@ real nsqd when NSQD_ADDRESS is set), so these tests run unchanged against both.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -50,6 +51,8 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    # py4j logs at INFO from __del__ at interpreter exit, after pytest closed its streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     register(session)
     yield session
     session.stop()
@@ -66,8 +69,10 @@ def read_topic(nsqd: Any) -> Callable[..., list[bytes]]:
     """``read_topic(topic, expected)``: read ``expected`` bodies (a fresh connection per
     window), then one short window more so extra messages are caught too."""
 
-    def read(topic: str, expected: int, *, timeout: float = 30.0) -> list[bytes]:
-        config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
+    def read(
+        topic: str, expected: int, *, timeout: float = 30.0, config: ClientConfig | None = None
+    ) -> list[bytes]:
+        config = config or ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
         channel = f"check-{uuid.uuid4().hex[:8]}"
         bodies: list[bytes] = []
         deadline = time.monotonic() + timeout

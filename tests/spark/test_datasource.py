@@ -177,8 +177,8 @@ def test_empty_dataframe_publishes_nothing_and_opens_no_connection(
 )
 def test_bad_options_fail_on_the_driver_before_publishing(
     spark: Any,
+    nsqd: Any,
     nsq_options: dict[str, str],
-    read_topic: Any,
     options: dict[str, str | None],
     schema: str,
     option_named: str,
@@ -191,7 +191,7 @@ def test_bad_options_fail_on_the_driver_before_publishing(
     with pytest.raises(Exception, match=f"nsq data source option {option_named}"):
         save(df, given)
 
-    assert read_topic(nsq_options["topic"], 0) == []
+    assert nsqd.topic_stats(nsq_options["topic"]) is None  # nothing was ever published
 
 
 def test_overwrite_mode_is_refused(
@@ -213,3 +213,48 @@ def test_null_body_fails_the_job_and_the_summary_says_aborted(
         save(df, nsq_options, summary_file=str(summary_file))
 
     assert load_summary(summary_file)["status"] == "aborted"
+
+
+SECRET = "spark-writer-secret-5c1d"
+
+
+@pytest.mark.parametrize("compression", ["snappy", "deflate"])
+def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
+    spark: Any,
+    nsqd_factory: Any,
+    tls_files: Any,
+    nsq_topic: str,
+    read_topic: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    compression: str,
+) -> None:
+    from airflow_provider_nsq.client import ClientConfig
+    from airflow_provider_nsq.spark import nsq_options_from_connection
+    from airflow_provider_nsq.testing.auth import StaticAuthorizer, allow_all
+
+    server = nsqd_factory(
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+        tls_required=True,
+        authorizer=StaticAuthorizer({SECRET: allow_all("spark-writer")}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_NSQ_SPARK_SECURE",
+        f"nsq://:{SECRET}@{server.host}:{server.tcp_port}"
+        f"?tls=true&tls_ca_file={tls_files.ca_file}&compression={compression}",
+    )
+    options = nsq_options_from_connection("nsq_spark_secure", topic=nsq_topic)
+    assert options["auth_secret"] == SECRET and options["compression"] == compression
+    df = spark.createDataFrame([(f"secure {i}",) for i in range(20)], "value string")
+
+    save(df.repartition(2), options)
+
+    config = ClientConfig(
+        host=server.host,
+        port=server.tcp_port,
+        tls=True,
+        tls_ca_file=tls_files.ca_file,
+        auth_secret=SECRET,
+    )
+    got = read_topic(nsq_topic, 20, config=config)
+    assert sorted(got) == sorted(f"secure {i}".encode() for i in range(20))

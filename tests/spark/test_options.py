@@ -147,3 +147,24 @@ def test_spark_package_does_not_import_airflow() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_nsq_options_from_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_nsq.spark import nsq_options_from_connection
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_NSQ_SPARK_TEST",
+        "nsq://:s3cret@nsqd.example.com:4250?tls=true&compression=snappy&max_body_size=9000000",
+    )
+    options = nsq_options_from_connection("nsq_spark_test", topic="results", batch_size=50)
+    assert options == {
+        "nsqd": "nsqd.example.com:4250",
+        "tls": "true",
+        "auth_secret": "s3cret",
+        "compression": "snappy",
+        "max_body_size": "9000000",
+        "topic": "results",
+        "batch_size": "50",
+    }
+    parsed = NSQWriteOptions.parse(options)
+    assert parsed.client_config().max_body_size == 9_000_000
