@@ -1,0 +1,573 @@
+"""Throughput of this project's NSQ clients next to pynsq, gnsq and two baselines.
+
+    python benchmarks/throughput.py [--count N] [--json PATH] [--quick]
+                                    [--clients all|project|third-party|reference|NAME,...]
+                                    [--workloads pub,mpub,consume,connect] [--python PATH]
+                                    [--profile DIR]
+
+Runs against one nsqd: by default the project's embedded broker, started as its own
+process (``python -m airflow_provider_nsq.testing.broker``) on free ports, fresh for each
+client so every client meets the same empty broker; or a real nsqd when
+``NSQD_ADDRESS`` (``host:port``) is set (``NSQD_HTTP_ADDRESS`` is then used to delete
+the benchmark's topics afterwards).
+
+Workloads, with 200-byte messages, the same counts for every client and a warm-up first:
+
+- ``pub``: sequential PUB, each waiting for nsqd's OK;
+- ``mpub``: sequential MPUBs of 200 messages, each waiting for OK;
+- ``consume``: a channel pre-filled (untimed, by this project's client) is drained at
+  RDY 2500 with a FIN for every message; timed from the first message after the
+  warm-up to the last;
+- ``connect``: TCP connect + magic + IDENTIFY (feature negotiation) until the response
+  is read; median and p90 in microseconds.
+
+Each client runs in its own process (its own event loop; one core for the broker, one
+for the client). pynsq and gnsq run from a separate venv (``benchmarks/.venv-bench``,
+created on first use, or ``--python``), so they never touch the project's environment;
+a client that cannot be installed or run is reported as such in its row.
+
+Prints msgs/s (connect: us) per client with the ratio to this project's blocking client,
+and a second table of CPU use during each timed run (client process / broker process,
+% of one core), which tells whether the client or the broker limits a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BENCH_VENV = HERE / ".venv-bench"
+
+sys.path.insert(0, str(HERE))  # the ``clients`` package, also for worker processes
+
+from clients import BY_NAME, CLIENTS, GROUPS, ClientInfo  # noqa: E402
+from clients.base import (  # noqa: E402
+    BODY_SIZE,
+    MPUB_BATCH,
+    WORKLOADS,
+    Context,
+    NotApplicable,
+    topic_name,
+)
+
+# Message counts per workload (connect: connections). Sized so the whole table prints in
+# under two minutes against the embedded broker on a 2-core machine.
+DEFAULT_COUNTS = {"pub": 10_000, "mpub": 200_000, "consume": 100_000, "connect": 300}
+DEFAULT_WARMUPS = {"pub": 500, "mpub": 4_000, "consume": 5_000, "connect": 20}
+QUICK_COUNTS = {"pub": 200, "mpub": 2_000, "consume": 2_000, "connect": 20}
+QUICK_WARMUPS = {"pub": 20, "mpub": 200, "consume": 500, "connect": 2}
+
+WORKLOAD_TITLES = {
+    "pub": "PUB msgs/s",
+    "mpub": "MPUB x200 msgs/s",
+    "consume": "consume+FIN msgs/s",
+    "connect": "connect+IDENTIFY us p50/p90",
+}
+REFERENCE_CLIENT = "blocking"
+HOOK_CONN_ENV = "AIRFLOW_CONN_NSQ_BENCH"
+
+
+# -- worker side (runs in the client's own process) -----------------------------------
+
+
+def run_worker(name: str, spec_json: str, out_path: str) -> None:
+    """Run the requested workloads for one client; write results after each one, so a
+    crash or a timeout keeps what was measured before it."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))  # the bench venv does not install the project
+    spec = json.loads(spec_json)
+    info = BY_NAME[name]
+    results: list[dict[str, Any]] = []
+    try:
+        module = importlib.import_module(f"clients.{info.module}")
+    except Exception as exc:
+        why = f"cannot import: {type(exc).__name__}: {exc}"
+        results = [{"workload": w, "status": "error", "reason": why} for w in spec["workloads"]]
+        Path(out_path).write_text(json.dumps(results))
+        return
+    for workload in spec["workloads"]:
+        ctx = Context(
+            host=spec["host"],
+            port=spec["port"],
+            counts=spec["counts"],
+            warmups=spec["warmups"],
+            broker_pid=spec["broker_pid"],
+            run_id=spec["run_id"],
+            client=name,
+            workload=workload,
+            profile_dir=spec.get("profile_dir"),
+        )
+        try:
+            row = {"status": "ok", **getattr(module, workload)(ctx)}
+        except NotApplicable as exc:
+            row = {"status": "n/a", "reason": str(exc)}
+        except Exception as exc:
+            row = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+        results.append({"workload": workload, **row})
+        Path(out_path).write_text(json.dumps(results))
+
+
+# -- the server -------------------------------------------------------------------------
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_listening(host: str, port: int, proc: subprocess.Popen | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the broker exited with code {proc.returncode}")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:g}s")
+
+
+class Server:
+    """Where the workers connect: an embedded broker process per client, or a real nsqd."""
+
+    def __init__(self) -> None:
+        address = os.environ.get("NSQD_ADDRESS")
+        self.external = bool(address)
+        self.http_address = os.environ.get("NSQD_HTTP_ADDRESS")
+        self.host, self.port = "127.0.0.1", 0
+        if address:
+            host, _, port = address.rpartition(":")
+            self.host, self.port = host or "127.0.0.1", int(port)
+        self.proc: subprocess.Popen | None = None
+
+    def describe(self) -> str:
+        if self.external:
+            return f"nsqd at {self.host}:{self.port} (NSQD_ADDRESS)"
+        return "embedded broker (python -m airflow_provider_nsq.testing.broker), fresh per client"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[int | None]:
+        """Yield the broker's pid (None for an external nsqd, whose CPU is not read)."""
+        if self.external:
+            wait_listening(self.host, self.port, None, 5)
+            yield None
+            return
+        self.port, http_port = free_ports(2)
+        cmd = [sys.executable, "-m", "airflow_provider_nsq.testing.broker"]
+        cmd += ["--tcp-port", str(self.port), "--http-port", str(http_port)]
+        with tempfile.TemporaryFile() as log:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT
+            )
+            try:
+                try:
+                    wait_listening(self.host, self.port, self.proc, 30)
+                except RuntimeError as exc:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
+                    raise RuntimeError(f"{exc}: {' | '.join(tail)}") from None
+                yield self.proc.pid
+            finally:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+                self.proc = None
+
+    def delete_topics(self, names: list[str]) -> None:
+        # A real nsqd keeps what we published; its HTTP API drops it again.
+        if not (self.external and self.http_address):
+            return
+        from urllib.request import Request, urlopen
+
+        for name in names:
+            with contextlib.suppress(OSError):
+                url = f"http://{self.http_address}/topic/delete?topic={name}"
+                urlopen(Request(url, method="POST"), timeout=5).close()
+
+
+# -- the bench venv for third-party clients --------------------------------------------
+
+
+def bench_python(args: argparse.Namespace, needed: list[ClientInfo]) -> tuple[str | None, str]:
+    """The interpreter for pynsq and gnsq, and why there is none if so."""
+    if args.python:
+        return args.python, ""
+    python = BENCH_VENV / "bin" / "python"
+    if not python.exists():
+        if args.no_install:
+            return None, f"no {BENCH_VENV.relative_to(ROOT)} (--no-install)"
+        print(f"creating {BENCH_VENV.relative_to(ROOT)} for pynsq and gnsq ...", file=sys.stderr)
+        made = subprocess.run(
+            [sys.executable, "-m", "venv", str(BENCH_VENV)], capture_output=True, text=True
+        )
+        if made.returncode:
+            return None, f"cannot create the bench venv: {made.stderr.strip()[-200:]}"
+    # Install what is missing; pip's own failure text says why (shown in the row).
+    packages = {"nsq": "pynsq", "gnsq": "gnsq"}
+    missing = [
+        packages[m]
+        for info in needed
+        for m in info.imports
+        if subprocess.run([str(python), "-c", f"import {m}"], capture_output=True).returncode
+    ]
+    if missing and not args.no_install:
+        print(f"installing {', '.join(missing)} into the bench venv ...", file=sys.stderr)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *missing], capture_output=True, text=True
+        )
+    return str(python), ""
+
+
+def import_error(python: str, info: ClientInfo) -> str | None:
+    for module in info.imports:
+        probe = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
+        )
+        if probe.returncode:
+            last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+            return f"cannot import {module}: {last}"
+    return None
+
+
+# -- running the clients ---------------------------------------------------------------
+
+
+def run_client(
+    info: ClientInfo,
+    python: str,
+    server: Server,
+    spec: dict[str, Any],
+    timeout: float,
+    airflow_home: str,
+) -> list[dict[str, Any]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    if info.airflow:
+        env.update(
+            {
+                "AIRFLOW_HOME": airflow_home,
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                HOOK_CONN_ENV: f"nsq://{server.host}:{server.port}",
+            }
+        )
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
+        out_path = out.name
+    try:
+        cmd = [python, str(Path(__file__).resolve()), "--worker", info.name]
+        cmd += ["--spec", json.dumps(spec), "--out", out_path]
+        try:
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            failure = None
+            if done.returncode:
+                last = (done.stderr.strip().splitlines() or ["?"])[-1]
+                failure = f"worker exited with {done.returncode}: {last}"
+        except subprocess.TimeoutExpired:
+            failure = f"timed out after {timeout:g}s"
+        try:
+            rows = json.loads(Path(out_path).read_text() or "[]")
+        except ValueError:
+            rows = []
+    finally:
+        os.unlink(out_path)
+    seen = {r["workload"] for r in rows}
+    for workload in spec["workloads"]:
+        if workload not in seen:
+            rows.append({"workload": workload, "status": "error", "reason": failure or "no result"})
+    return rows
+
+
+def measure(
+    client: ClientInfo,
+    python: str,
+    server: Server,
+    spec: dict[str, Any],
+    timeout: float,
+    airflow_home: str,
+) -> list[dict[str, Any]]:
+    """One client's rows, on a fresh embedded broker (or the external nsqd)."""
+    try:
+        with server.running() as broker_pid:
+            spec = {**spec, "host": server.host, "port": server.port, "broker_pid": broker_pid}
+            return run_client(client, python, server, spec, timeout, airflow_home)
+    except RuntimeError as exc:  # the broker did not start
+        return [
+            {"workload": w, "status": "error", "reason": f"server: {exc}"}
+            for w in spec["workloads"]
+        ]
+
+
+def select_clients(text: str) -> list[ClientInfo]:
+    chosen: list[ClientInfo] = []
+    for word in text.split(","):
+        word = word.strip()
+        if word == "all":
+            picked = list(CLIENTS)
+        elif word in GROUPS:
+            picked = [c for c in CLIENTS if c.group == word]
+        elif word in BY_NAME:
+            picked = [BY_NAME[word]]
+        else:
+            names = ", ".join(["all", *GROUPS, *BY_NAME])
+            raise SystemExit(f"unknown client {word!r}; choose from {names}")
+        chosen += [c for c in picked if c not in chosen]
+    return chosen
+
+
+def counts_from(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int]]:
+    counts = dict(QUICK_COUNTS if args.quick else DEFAULT_COUNTS)
+    warmups = dict(QUICK_WARMUPS if args.quick else DEFAULT_WARMUPS)
+    if args.count:
+        for workload in ("pub", "mpub", "consume"):
+            counts[workload] = args.count
+            warmups[workload] = max(1, args.count // 10)
+    # Whole MPUB batches only: every client sends the same frames.
+    counts["mpub"] = -(-counts["mpub"] // MPUB_BATCH) * MPUB_BATCH
+    warmups["mpub"] = -(-warmups["mpub"] // MPUB_BATCH) * MPUB_BATCH
+    return counts, warmups
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+    }
+
+
+def human(value: float) -> str:
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def add_ratios(results: list[dict[str, Any]]) -> None:
+    """Ratio to the project's blocking client: throughput / its throughput; for connect,
+    its latency / this latency (so above 1.0 always means faster than it)."""
+    ref = {
+        r["workload"]: r["value"]
+        for r in results
+        if r["client"] == REFERENCE_CLIENT and r["status"] == "ok"
+    }
+    for r in results:
+        base = ref.get(r["workload"])
+        if r["status"] != "ok" or not base:
+            continue
+        r["ratio"] = base / r["value"] if r["unit"] == "us" else r["value"] / base
+
+
+def cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "-"
+    if r["status"] != "ok":
+        return "n/a" if r["status"] == "n/a" else r["status"]
+    ratio = f"{r['ratio']:.2f}x" if "ratio" in r else ""
+    if r["unit"] == "us":
+        return f"{r['value']:.0f}/{r['p90']:.0f}  {ratio}".rstrip()
+    return f"{human(r['value'])}  {ratio}".rstrip()
+
+
+def cpu_cell(r: dict[str, Any] | None) -> str:
+    if r is None or r["status"] != "ok":
+        return "-"
+    client = f"{r['client_cpu'] * 100:.0f}%" if r.get("client_cpu") is not None else "?"
+    broker = f"{r['broker_cpu'] * 100:.0f}%" if r.get("broker_cpu") is not None else "?"
+    return f"{client} / {broker}"
+
+
+def table(
+    results: list[dict[str, Any]],
+    clients: list[ClientInfo],
+    workloads: list[str],
+    render: Any,
+    title: str,
+) -> str:
+    by_key = {(r["client"], r["workload"]): r for r in results}
+    rows = [[title, *(WORKLOAD_TITLES[w] for w in workloads)]]
+    for info in clients:
+        rows.append([info.label, *(render(by_key.get((info.name, w))) for w in workloads)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        first = row[0].ljust(widths[0])
+        rest = "  ".join(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))
+        lines.append(f"{first}  {rest}")
+        if n == 0:
+            lines.append("-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def problems(results: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"  {r['client']} / {r['workload']}: {r['status']}: {r['reason']}"
+        for r in results
+        if r["status"] not in ("ok",) and r.get("reason")
+    ]
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--count", type=int, help="messages per PUB/MPUB/consume workload")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
+    parser.add_argument("--clients", default="all", help="all, a group, or names, comma-separated")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--python", help="interpreter for pynsq/gnsq (default: the bench venv)")
+    parser.add_argument("--no-install", action="store_true", help="never create the bench venv")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per client")
+    parser.add_argument("--profile", metavar="DIR", help="cProfile each timed run into DIR")
+    # Internal: one client's workloads, in its own process.
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        run_worker(args.worker, args.spec, args.out)
+        return 0
+
+    started = time.perf_counter()
+    clients = select_clients(args.clients)
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    if bad := [w for w in workloads if w not in WORKLOADS]:
+        raise SystemExit(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
+    counts, warmups = counts_from(args)
+    server = Server()
+    profile_dir = None
+    if args.profile:
+        profile_dir = str(Path(args.profile).resolve())
+        os.makedirs(profile_dir, exist_ok=True)
+
+    third_party = [c for c in clients if c.imports]
+    other_python, no_python = (None, "")
+    if third_party:
+        other_python, no_python = bench_python(args, third_party)
+
+    print(f"server:   {server.describe()}")
+    print(
+        "messages: "
+        + ", ".join(f"{w} {counts[w]:,} (+{warmups[w]:,} warm-up)" for w in workloads)
+        + f"; {BODY_SIZE}-byte bodies, MPUB batches of {MPUB_BATCH}, RDY 2500"
+    )
+    info = machine()
+    print(f"machine:  {info['nproc']} cores, {info['cpu']}, Python {info['python']}")
+    print(flush=True)
+
+    results: list[dict[str, Any]] = []
+    run_id = f"{os.getpid()}"
+    airflow_home = tempfile.mkdtemp(prefix="nsq-bench-airflow-")
+    try:
+        for client in clients:
+            python: str | None = sys.executable
+            reason = ""
+            if client.imports:
+                python = other_python
+                reason = no_python or (import_error(python, client) if python else "") or ""
+                if python is None and not reason:
+                    reason = "no interpreter"
+            if reason:
+                rows = [
+                    {"workload": w, "status": "unavailable", "reason": reason} for w in workloads
+                ]
+            else:
+                assert python is not None
+                t0 = time.perf_counter()
+                spec = {
+                    "counts": counts,
+                    "warmups": warmups,
+                    "run_id": run_id,
+                    "workloads": workloads,
+                    "profile_dir": profile_dir,
+                }
+                rows = measure(client, python, server, spec, args.timeout, airflow_home)
+                print(f"  ran {client.label} in {time.perf_counter() - t0:.1f}s", flush=True)
+            for row in rows:
+                results.append({"client": client.name, "label": client.label, **row})
+            server.delete_topics([topic_name(w, client.name, run_id) for w in workloads])
+    finally:
+        shutil.rmtree(airflow_home, ignore_errors=True)
+
+    add_ratios(results)
+    print()
+    print(table(results, clients, workloads, cell, "client (ratio: vs project blocking)"))
+    print()
+    print(table(results, clients, workloads, cpu_cell, "CPU during the timed run: client / broker"))
+    if notes := problems(results):
+        print("\nnot measured:")
+        print("\n".join(notes))
+    elapsed = time.perf_counter() - started
+    print(f"\ntotal {elapsed:.0f}s")
+    if profile_dir:
+        print(f"profiles (timed runs only): {profile_dir}/<client>-<workload>.txt and .prof")
+
+    if args.json:
+        document = {
+            "machine": info,
+            "server": server.describe(),
+            "body_size": BODY_SIZE,
+            "mpub_batch": MPUB_BATCH,
+            "counts": counts,
+            "warmups": warmups,
+            "reference_client": REFERENCE_CLIENT,
+            "clients": [asdict(c) for c in clients],
+            "results": results,
+            "elapsed_s": elapsed,
+        }
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

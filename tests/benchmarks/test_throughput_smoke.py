@@ -1,0 +1,49 @@
+"""``benchmarks/throughput.py`` runs end to end: a smoke run with tiny counts.
+
+Only this project's clients (no bench venv, no third-party install) against the embedded
+broker the script starts itself. It checks that every workload produced a positive
+figure; it asserts nothing about speed (the benchmark is a script that prints a table,
+not a timed test).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
+PROJECT_CLIENTS = ("blocking", "hook", "asyncio")
+WORKLOADS = ("pub", "mpub", "consume", "connect")
+
+
+@pytest.mark.timeout(120)
+def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--clients", "project", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    document = json.loads(out.read_text())
+    rows = {(r["client"], r["workload"]): r for r in document["results"]}
+    assert set(rows) == {(c, w) for c in PROJECT_CLIENTS for w in WORKLOADS}
+    for key, row in rows.items():
+        assert row["status"] == "ok", (key, row.get("reason"))
+        assert row["value"] > 0, key
+        assert row["count"] > 0, key
+        assert row["seconds"] > 0, key
+    for client in PROJECT_CLIENTS:
+        assert rows[(client, "connect")]["unit"] == "us"
+        assert rows[(client, "connect")]["p90"] >= rows[(client, "connect")]["value"]
+        assert rows[(client, "pub")]["unit"] == "msgs/s"
+    assert rows[("blocking", "pub")]["ratio"] == 1.0
+    # The printed table names every client the JSON has.
+    for label in ("blocking", "NSQHook", "AsyncNSQConnection"):
+        assert label in done.stdout
