@@ -213,11 +213,12 @@ class NSQSensor(BaseSensorOperator):
             if len(accepted) < self.min_messages:
                 hook.requeue(accepted)
                 self.log.info(
-                    "%s accepted message(s) on %s/%s, %s needed; requeued them",
+                    "%s accepted message(s) on %s/%s, %s needed%s",
                     len(accepted),
                     self.topic,
                     self.channel,
                     self.min_messages,
+                    "; requeued them" if accepted else "",
                 )
                 hook.close()
                 return False

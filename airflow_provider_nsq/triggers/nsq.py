@@ -19,7 +19,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..client import AsyncNSQConnection, ClientConfig
 from ..hooks.nsq import NSQHook
-from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError
+from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
 
 #: Reconnect backoff after a dropped connection: first and longest wait, seconds.
 _BACKOFF_START_S = 1.0
@@ -31,9 +31,9 @@ class NSQMessageTrigger(BaseTrigger):
 
     The event payload is ``{"status": "message", "topic", "channel", "attempts"}`` (the
     peeked message's attempts after the REQ), or ``{"status": "error", "message": ...}``
-    when nsqd refuses the subscription (bad name, AUTH) or the connection's settings are
-    invalid. A dropped connection is reopened with backoff; the task's ``timeout`` bounds
-    the whole wait.
+    when nsqd refuses the subscription (bad name, AUTH), TLS cannot be set up, or the
+    connection's settings are invalid. A refused or dropped connection is retried with
+    backoff (nsqd may be restarting); the task's ``timeout`` bounds the whole wait.
 
     :param topic: the topic name.
     :param channel: the channel name.
@@ -78,6 +78,9 @@ class NSQMessageTrigger(BaseTrigger):
         while True:
             try:
                 attempts = await self._peek(config)
+            except NSQTLSError as exc:  # a settings problem: retrying will not fix it
+                yield TriggerEvent({"status": "error", "message": str(exc)})
+                return
             except (NSQConnectionError, NSQTimeoutError) as exc:
                 self.log.warning(
                     "NSQ connection to %s lost while waiting on %s/%s (%s); retrying in %gs",

@@ -68,3 +68,11 @@ def test_bad_connection_settings_fire_an_error_event(monkeypatch, nsq_topic):
     event = asyncio.run(_first_event(_trigger(nsq_topic)))
     assert event.payload["status"] == "error"
     assert "compression" in event.payload["message"]
+
+
+def test_tls_that_cannot_be_set_up_is_an_error_not_a_retry(nsqd, monkeypatch, nsq_topic):
+    # This nsqd has no certificate: retrying would never help, so the task fails at once.
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?tls=true")
+    event = asyncio.run(_first_event(_trigger(nsq_topic), timeout=10))
+    assert event.payload["status"] == "error"
+    assert "TLS" in event.payload["message"]
