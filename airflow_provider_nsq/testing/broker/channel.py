@@ -22,10 +22,9 @@ import asyncio
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .message import DEFERRED, DONE, IN_FLIGHT, QUEUED, BrokerMessage, timer_tokens
+from .message import DEFERRED, DONE, IN_FLIGHT, QUEUED, BrokerMessage, Item, timer_tokens
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -41,7 +40,7 @@ class Channel:
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
         self.loop = loop
-        self.queue: deque[BrokerMessage] = deque()
+        self.queue: deque[Item] = deque()
         self.in_flight: dict[bytes, BrokerMessage] = {}
         self.deferred_count = 0
         self.clients: list[ClientConnection] = []
@@ -67,17 +66,21 @@ class Channel:
 
     # -- putting messages in ----------------------------------------------------------
 
-    def put_many(self, messages: Iterable[BrokerMessage], now: float) -> None:
-        """Add published messages (already admitted against mem_queue_size)."""
-        queue = self.queue
-        n = 0
-        for msg in messages:
-            n += 1
-            if msg.defer_ms > 0:
-                self._defer(msg, now + msg.defer_ms / 1000.0)
-            else:
-                queue.append(msg)
-        self.message_count += n
+    def put_many(self, items: list[Item], now: float, fresh: bool = False) -> None:
+        """Add published messages (already admitted against mem_queue_size).
+
+        ``fresh``: all are never-delivered tuples, the common case of a PUB/MPUB.
+        """
+        if fresh:
+            self.queue.extend(items)
+        else:
+            for item in items:
+                if type(item) is tuple:
+                    self.queue.append(item)
+                else:
+                    msg = item.copy()  # type: ignore[union-attr]
+                    self._defer(msg, now + msg.defer_ms / 1000.0)
+        self.message_count += len(items)
         self.dispatch()
         self._arm()
 
@@ -157,7 +160,6 @@ class Channel:
         msg.state = DONE
         msg.token = 0
         msg.client = None
-        self._maybe_compact()
 
     def requeue(self, client: ClientConnection, msg_id: bytes, delay_ms: int) -> None:
         msg = self._pop_in_flight(client, msg_id)
@@ -231,7 +233,7 @@ class Channel:
         self.dispatch()
         self._arm()
 
-    def _maybe_compact(self) -> None:
+    def compact(self) -> None:
         # FINished messages leave stale heap entries until their deadline; keep the heap
         # proportional to the live entries so memory stays bounded at high rates.
         heap = self._heap

@@ -39,7 +39,7 @@ from .auth import AuthState, call_authorizer, query_any
 from .commands import HANDLERS, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
 from .errors import ClientError
 from .identify import IdentifyData
-from .message import DONE, IN_FLIGHT, BrokerMessage, timer_tokens
+from .message import DONE, IN_FLIGHT, BrokerMessage, Item, timer_tokens
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -219,6 +219,7 @@ class ClientConnection(asyncio.Protocol):
         if self._want_dispatch:
             self._want_dispatch = False
             if self.channel is not None:
+                self.channel.compact()
                 self.channel.dispatch()
         if self._need_flush:
             self._flush()
@@ -238,6 +239,9 @@ class ClientConnection(asyncio.Protocol):
         handlers = HANDLERS
         completed = False
         tls_required = self.broker.options.tcp_tls_required
+        channel = self.channel
+        in_flight = channel.in_flight if channel is not None else None
+        fast_fin = in_flight is not None and (self.tls or not tls_required)
         while not self.closed:
             gen = self._gen
             if gen is not None:
@@ -261,6 +265,19 @@ class ClientConnection(asyncio.Protocol):
             params = bytes(buf[pos:nl]).split(b" ")
             cmd = params[0]
             completed = True
+            if cmd == b"FIN" and fast_fin and len(params) > 1:
+                # Fast path for the hottest command; anything unusual (unknown id,
+                # another client's id, bad length) goes through cmd_fin for its error.
+                msg = in_flight.get(params[1])  # type: ignore[union-attr]
+                if msg is not None and msg.client is self:
+                    del in_flight[params[1]]  # type: ignore[union-attr]
+                    msg.state = DONE
+                    msg.token = 0
+                    msg.client = None
+                    self.in_flight -= 1
+                    self.finish_count += 1
+                    self._want_dispatch = True
+                    continue
             try:
                 if tls_required and not self.tls and cmd != b"IDENTIFY":
                     raise ClientError("E_INVALID", b"cannot " + cmd + _TLS_REQUIRED_SUFFIX)
@@ -383,7 +400,7 @@ class ClientConnection(asyncio.Protocol):
 
     def deliver(
         self,
-        msg: BrokerMessage,
+        item: Item,
         now: float,
         in_flight: dict[bytes, BrokerMessage],
         heap: list[tuple[float, int, BrokerMessage]],
@@ -394,8 +411,10 @@ class ClientConnection(asyncio.Protocol):
         sample_rate = self.pump_sample_rate
         if sample_rate and random.randrange(100) > sample_rate:
             # nsqd drops the message for good, it is not requeued (FACTS.md section 4).
-            msg.state = DONE
+            if type(item) is not tuple:
+                item.state = DONE  # type: ignore[union-attr]
             return True
+        msg = BrokerMessage(*item) if type(item) is tuple else item  # type: ignore[misc]
         msg.attempts += 1
         msg.state = IN_FLIGHT
         msg.client = self

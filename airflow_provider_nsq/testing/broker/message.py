@@ -65,5 +65,10 @@ class IdGenerator:
         return [b"%016x" % next(counter) for _ in range(n)]
 
 
+#: A queued message: a fresh ``(id, body, timestamp)`` tuple never delivered yet (shared
+#: by all channels), or a BrokerMessage (requeued, deferred, or a DPUB).
+Item = tuple[bytes, bytes, int] | BrokerMessage
+
+
 def now_ns() -> int:
     return time.time_ns()

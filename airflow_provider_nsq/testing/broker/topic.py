@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from .channel import Channel, QueueFull
-from .message import BrokerMessage, now_ns
+from .message import BrokerMessage, Item, now_ns
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -24,7 +25,7 @@ class Topic:
         self.ephemeral = name.endswith("#ephemeral")
         self.loop = loop
         self.channels: dict[str, Channel] = {}
-        self.pending: deque[BrokerMessage] = deque()  # only while there is no channel
+        self.pending: deque[Item] = deque()  # only while there is no channel
         self.paused = False
         self.deleted = False
         self.message_count = 0
@@ -35,7 +36,7 @@ class Topic:
         if channel is None:
             channel = self.channels[name] = Channel(self, name, self.loop)
             if len(self.channels) == 1 and self.pending and not self.paused:
-                pending, self.pending = self.pending, deque()
+                pending, self.pending = list(self.pending), deque()
                 channel.put_many(pending, self.loop.time())
         return channel
 
@@ -67,29 +68,29 @@ class Topic:
             )
         ts = now_ns()
         ids = self.broker.ids.next_ids(n)
-        messages = [
-            BrokerMessage(msg_id, body, ts, defer_ms) for msg_id, body in zip(ids, bodies)
-        ]
         self.message_count += n
         self.message_bytes += sum(map(len, bodies))
+        items: list[Item]
+        if defer_ms > 0:
+            items = [BrokerMessage(i, body, ts, defer_ms) for i, body in zip(ids, bodies)]
+        else:
+            # Plain tuples until first delivery: publishing stays cheap, and every
+            # channel can share them (a BrokerMessage is made per channel on delivery).
+            items = list(zip(ids, bodies, repeat(ts)))
         if not channels:
-            self.pending.extend(messages)
+            self.pending.extend(items)
             return
         now = self.loop.time()
-        first, *others = channels
-        for channel in others:
-            channel.put_many([m.copy() for m in messages], now)
-        first.put_many(messages, now)
+        for channel in channels:
+            channel.put_many(items, now, fresh=defer_ms <= 0)
 
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
         if not paused and self.pending and self.channels:
-            pending, self.pending = self.pending, deque()
+            pending, self.pending = list(self.pending), deque()
             now = self.loop.time()
-            channels = list(self.channels.values())
-            for channel in channels[1:]:
-                channel.put_many([m.copy() for m in pending], now)
-            channels[0].put_many(pending, now)
+            for channel in self.channels.values():
+                channel.put_many(pending, now)
 
     def empty(self) -> None:
         self.pending.clear()
