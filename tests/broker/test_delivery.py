@@ -261,7 +261,7 @@ def test_hundred_concurrent_clients_lose_nothing(broker):
     result: list = []
     # A loop in its own thread, like any other client process would be.
     thread = threading.Thread(
-        target=lambda: result.append(asyncio.run(_swarm(broker.host, broker.tcp_port, 50, 50, 2.0)))
+        target=lambda: result.append(asyncio.run(_swarm(broker.host, broker.tcp_port, 50, 50, 1.5)))
     )
     thread.start()
     thread.join(60)
