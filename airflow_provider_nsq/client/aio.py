@@ -355,13 +355,14 @@ class AsyncNSQConnection:
         return core
 
     async def _publisher(self) -> ClientConnection:
+        # Idleness first: a NOP written while catching up proves nothing (see blocking.py).
+        limit = idle_limit_s(self.config)
+        idle = limit is not None and time.monotonic() - self._last_write >= limit
         # One loop iteration delivers a close nsqd already sent before we write.
         await asyncio.sleep(0)
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
         core = self._core
-        limit = idle_limit_s(self.config)
-        idle = limit is not None and time.monotonic() - self._last_write >= limit
         if core is not None and core.state not in _CLOSED_STATES and not idle:
             return core
         await self.connect()

@@ -222,16 +222,19 @@ class NSQConnection:
         core = self._core
         if core is None or core.state in _CLOSED_STATES:
             return self._reopen("the connection is closed")
-        # Read what is waiting without blocking: heartbeats to answer, or nsqd's close.
-        if self._readable():
-            self._read_once(0)
-            if core.state in _CLOSED_STATES:
-                return self._reopen("nsqd closed the connection")
         limit = idle_limit_s(self.config)
         if limit is not None and time.monotonic() - self._last_write >= limit:
             # nsqd drops a client it has not heard from for two heartbeat intervals; a
-            # write now could land on a closed socket and be lost.
+            # write now could land on a closed socket and be lost. Decided before reading,
+            # because a NOP sent while draining proves nothing about nsqd having read it.
             return self._reopen("the connection was idle past nsqd's heartbeat deadline")
+        try:
+            # Read what is waiting without blocking: heartbeats to answer, or nsqd's close.
+            while self._readable() and self._read_once(0):
+                if core.state in _CLOSED_STATES:
+                    return self._reopen("nsqd closed the connection")
+        except NSQConnectionError as exc:
+            return self._reopen(str(exc))
         return core
 
     def _reopen(self, why: str) -> ClientConnection:
