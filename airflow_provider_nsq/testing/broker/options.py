@@ -149,14 +149,14 @@ class BrokerOptions:
     def auth_enabled(self) -> bool:
         return bool(self.auth_http_address) or self.authorizer is not None
 
-    def server_ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context for the TCP upgrade and HTTPS, as nsqd builds its tls.Config."""
+    def server_ssl_context(self, client_auth: bool = True) -> ssl.SSLContext | None:
+        """The TLS context for the TCP upgrade (and, without client auth, HTTPS)."""
         if self.tls_cert is None:
             return None
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = _TLS_VERSIONS[self.tls_min_version]
         ctx.load_cert_chain(self.tls_cert, self.tls_key)
-        if self.tls_client_auth_policy:
+        if self.tls_client_auth_policy and client_auth:
             # Python's ssl cannot ask for a certificate without verifying it, so "require"
             # (Go's RequireAnyClientCert) verifies too: it needs tls_root_ca_file.
             ctx.verify_mode = ssl.CERT_REQUIRED

@@ -79,7 +79,9 @@ class Broker:
                 lambda: HTTPConnection(self, secure=True, handler=api.handle),
                 opts.host,
                 opts.https_port or 0,
-                ssl=self.ssl_context,
+                # nsqd asks HTTPS clients for certificates too; here HTTPS does not, so
+                # the test helpers can read /stats of a require-verify broker.
+                ssl=self.options.server_ssl_context(client_auth=False),
             )
             self._servers.append(https)
             self.https_port = https.sockets[0].getsockname()[1]

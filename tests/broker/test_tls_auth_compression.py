@@ -1,0 +1,184 @@
+"""TLS (incl. tls_required and verified client certificates), AUTH (callable and HTTP,
+with TTL re-query) and snappy / deflate on the embedded broker."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import time
+
+import pytest
+
+from airflow_provider_nsq.testing.auth import AuthServer, StaticAuthorizer, allow_all
+from tests.broker.wire import cmd, mpub_body
+
+
+def negotiate(peer, **fields):
+    peer.send(cmd("IDENTIFY", json.dumps({"feature_negotiation": True, **fields}).encode()))
+    return json.loads(peer.read_frame().data)
+
+
+def client_context(tls_files, with_cert=True):
+    ctx = ssl.create_default_context(cafile=tls_files.ca_file)
+    if with_cert:
+        ctx.load_cert_chain(tls_files.client_cert, tls_files.client_key)
+    return ctx
+
+
+def test_tls_required_with_verified_client_certificate(nsqd_factory, open_peer, tls_files):
+    authorizer = StaticAuthorizer({"s3cret": allow_all("cert-user")})
+    server = nsqd_factory(
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+        tls_root_ca_file=tls_files.ca_file,
+        tls_client_auth_policy="require-verify",  # forces tls_required, as in nsqd
+        authorizer=authorizer,
+    )
+    peer = open_peer(server)
+    assert negotiate(peer, tls_v1=True)["tls_v1"] is True
+    peer.start_tls(client_context(tls_files))
+    assert peer.read_frame().data == b"OK"
+    peer.send(cmd("AUTH", b"s3cret"))
+    assert json.loads(peer.read_frame().data)["identity"] == "cert-user"
+    peer.send(cmd("PUB tls_topic", b"secure"))
+    assert peer.read_frame().data == b"OK"
+    (asked,) = authorizer.requests
+    assert (asked.tls, asked.common_name, asked.remote_ip) == (True, tls_files.client_common_name, "127.0.0.1")
+    clients = server.stats()["producers"]
+    assert clients[0]["tls"] is True and clients[0]["tls_version"].startswith("TLS")
+
+
+def test_client_without_certificate_is_refused(nsqd_factory, open_peer, tls_files):
+    server = nsqd_factory(
+        tls_cert=tls_files.server_cert,
+        tls_key=tls_files.server_key,
+        tls_root_ca_file=tls_files.ca_file,
+        tls_client_auth_policy="require-verify",
+    )
+    peer = open_peer(server)
+    negotiate(peer, tls_v1=True)
+    with pytest.raises((ssl.SSLError, ConnectionError, AssertionError)):
+        peer.start_tls(client_context(tls_files, with_cert=False))
+        peer.send(cmd("NOP"))  # TLS 1.3 reports the refusal on the first read
+        peer.read_frame(timeout=3)
+
+
+def test_tls_required_refuses_plaintext_commands_and_http(nsqd_factory, open_peer, tls_files):
+    server = nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key, tls_required=True)
+    peer = open_peer(server)
+    peer.send(cmd("SUB t c"))
+    assert peer.read_frame().data == b"E_INVALID cannot SUB in current state (TLS required)"
+    broker = server.broker
+    assert server.http_port == broker.https_port  # the helpers switched to HTTPS
+    from tests.broker.wire import Peer  # noqa: F401 - plain HTTP below
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(f"http://{broker.http_address}/ping", timeout=5)
+    assert info.value.code == 403
+    assert json.loads(info.value.read()) == {"message": "TLS_REQUIRED", "https_port": broker.https_port}
+    assert server.http("GET", "/ping") == (200, b"OK")
+
+
+def test_tls_without_negotiation_or_cert_stays_plaintext(broker, open_peer):
+    peer = open_peer(broker)
+    assert negotiate(peer, tls_v1=True)["tls_v1"] is False
+    peer.send(cmd("PUB t", b"plain"))
+    assert peer.read_frame().data == b"OK"
+
+
+# -- AUTH ------------------------------------------------------------------------------------
+
+
+def test_callable_authorizer_is_asked_again_after_ttl(nsqd_factory, open_peer, caplog):
+    authorizer = StaticAuthorizer({"good": allow_all(ttl=1)})
+    server = nsqd_factory(authorizer=authorizer)
+    peer = open_peer(server)
+    assert negotiate(peer)["auth_required"] is True
+    peer.send(cmd("AUTH", b"good"))
+    assert json.loads(peer.read_frame().data) == {
+        "identity": "test-user", "identity_url": "", "permission_count": 1,
+    }
+    peer.send(cmd("PUB t", b"1"))
+    assert peer.read_frame().data == b"OK"
+    assert len(authorizer.requests) == 1  # cached within the TTL
+    deadline = time.monotonic() + 1.05
+    peer.expect_nothing(max(0.0, deadline - time.monotonic()))
+    authorizer.secrets.pop("good")  # the re-query will now fail
+    caplog.set_level(logging.INFO, "airflow_provider_nsq.testing.broker")
+    peer.send(cmd("PUB t", b"2"))
+    assert peer.read_frame().data == b"E_AUTH_FAILED AUTH failed"
+    assert peer.expect_closed() == "eof"
+    assert len(authorizer.requests) == 2
+    assert "good" not in caplog.text.replace("good-", "")  # the secret is never logged
+
+
+def test_http_authorizer_ttl_requery_and_request_shape(nsqd_factory, open_peer):
+    answer = allow_all("http-user", ttl=1)
+    answer["authorizations"] = [{"topic": "^allowed", "channels": [".*"], "permissions": ["publish"]}]
+    with AuthServer({"tok en/+": answer}) as auth:
+        server = nsqd_factory(auth_http_address=[auth.address])
+        peer = open_peer(server)
+        peer.send(cmd("AUTH", b"tok en/+"))
+        assert json.loads(peer.read_frame().data)["identity"] == "http-user"
+        peer.send(cmd("PUB allowed_1", b"x"))
+        assert peer.read_frame().data == b"OK"
+        peer.expect_nothing(1.05)
+        peer.send(cmd("PUB allowed_2", b"x"))
+        assert peer.read_frame().data == b"OK"
+        assert len(auth.requests) == 2
+        assert auth.requests[0].query == {
+            "common_name": "", "remote_ip": "127.0.0.1", "secret": "tok en/+", "tls": "false",
+        }
+        assert auth.requests[0].accept == "application/vnd.nsq; version=1.0"
+        peer.send(cmd("PUB other", b"x"))
+        assert peer.read_frame().data == b'E_UNAUTHORIZED AUTH failed for PUB on "other" ""'
+
+
+def test_auth_server_down_is_auth_failed(nsqd_factory, open_peer):
+    server = nsqd_factory(auth_http_address=["127.0.0.1:1"], http_client_request_timeout=1000)
+    peer = open_peer(server)
+    peer.send(cmd("AUTH", b"x"))
+    assert peer.read_frame().data == b"E_AUTH_FAILED AUTH failed"
+
+
+# -- compression --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["snappy", "deflate"])
+def test_compressed_publish_and_consume(broker, open_peer, kind):
+    bodies = [b"compressible " * 20000, os.urandom(100_000), b"x"]  # > 64 KiB snappy chunks
+    p = open_peer(broker)
+    assert negotiate(p, **{kind: True, "deflate_level": 1})[kind] is True
+    p.start_compression(kind)
+    assert p.read_frame().data == b"OK"
+    p.send(cmd("MPUB zip", mpub_body(*bodies)))
+    assert p.read_frame().data == b"OK"
+    c = open_peer(broker)
+    negotiate(c, **{kind: True})
+    c.start_compression(kind)
+    assert c.read_frame().data == b"OK"
+    c.send(cmd("SUB zip ch") + cmd("RDY 3"))
+    assert c.read_frame().data == b"OK"
+    got = c.read_frames(3)
+    assert [f.body for f in got] == bodies
+    for f in got:
+        c.send(cmd(b"FIN " + f.msg_id))
+    broker.wait_for(lambda: broker.channel_stats("zip", "ch")["in_flight_count"] == 0)
+    clients = broker.channel_stats("zip", "ch")["clients"]
+    assert clients[0][kind] is True
+
+
+def test_tls_then_snappy(nsqd_factory, open_peer, tls_files):
+    server = nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key)
+    peer = open_peer(server)
+    assert negotiate(peer, tls_v1=True, snappy=True)["snappy"] is True
+    peer.start_tls(client_context(tls_files, with_cert=False))
+    assert peer.read_frame().data == b"OK"
+    peer.start_compression("snappy")
+    assert peer.read_frame().data == b"OK"
+    peer.send(cmd("PUB t", b"both"))
+    assert peer.read_frame().data == b"OK"
