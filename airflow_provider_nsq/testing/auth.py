@@ -64,7 +64,9 @@ class StaticAuthorizer:
         self.requests: list[AuthRequest] = []
         self._lock = threading.Lock()
 
-    def __call__(self, secret: str, remote_ip: str, tls: bool, common_name: str) -> Mapping[str, Any]:
+    def __call__(
+        self, secret: str, remote_ip: str, tls: bool, common_name: str
+    ) -> Mapping[str, Any]:
         with self._lock:
             self.requests.append(AuthRequest(secret, remote_ip, tls, common_name))
             answer = self.secrets.get(secret)
@@ -105,7 +107,7 @@ class AuthServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
                 request = AuthRequest(
@@ -127,7 +129,9 @@ class AuthServer:
                 else:
                     status, body = 200, json.dumps(answer).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json" if status == 200 else "text/plain")
+                self.send_header(
+                    "Content-Type", "application/json" if status == 200 else "text/plain"
+                )
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -102,7 +102,9 @@ class NSQDServer:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
-    def _post(self, path: str, query: dict[str, Any], body: bytes = b"", ok: tuple[int, ...] = (200,)) -> None:
+    def _post(
+        self, path: str, query: dict[str, Any], body: bytes = b"", ok: tuple[int, ...] = (200,)
+    ) -> None:
         status, data = self.http("POST", path, query, body)
         if status not in ok:
             raise AssertionError(f"POST {path} {query} -> {status} {data[:200]!r}")
@@ -121,14 +123,14 @@ class NSQDServer:
     def topic_stats(self, topic: str) -> dict[str, Any] | None:
         for t in self.stats(topic).get("topics") or []:
             if t.get("topic_name") == topic:
-                return t  # type: ignore[no-any-return]
+                return t
         return None
 
     def channel_stats(self, topic: str, channel: str) -> dict[str, Any] | None:
         t = self.topic_stats(topic)
         for c in (t or {}).get("channels") or []:
             if c.get("channel_name") == channel:
-                return c  # type: ignore[no-any-return]
+                return c
         return None
 
     def http_publish(self, topic: str, body: bytes, defer_ms: int | None = None) -> None:

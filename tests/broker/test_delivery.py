@@ -97,7 +97,10 @@ def test_fin_of_another_clients_message_is_not_fatal(broker, open_peer):
     m = a.read_frame()
     b.send(cmd(b"FIN " + m.msg_id))
     err = b.read_frame()
-    assert (err.type, err.data) == (1, b"E_FIN_FAILED FIN " + m.msg_id + b" failed client does not own message")
+    assert (err.type, err.data) == (
+        1,
+        b"E_FIN_FAILED FIN " + m.msg_id + b" failed client does not own message",
+    )
     b.expect_nothing(0.1)
 
 
@@ -199,7 +202,9 @@ def test_max_channel_consumers(nsqd_factory, open_peer):
 # -- many clients -------------------------------------------------------------------------
 
 
-async def _swarm(host: str, port: int, producers: int, consumers: int, seconds: float) -> tuple[Counter, list[Counter]]:
+async def _swarm(
+    host: str, port: int, producers: int, consumers: int, seconds: float
+) -> tuple[Counter, list[Counter]]:
     published: Counter = Counter()
     received = [Counter(), Counter()]
     stop_publishing = asyncio.Event()
@@ -249,7 +254,9 @@ async def _swarm(host: str, port: int, producers: int, consumers: int, seconds: 
     stop_publishing.set()
     await asyncio.gather(*producer_tasks)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(sum(c.values()) < sum(published.values()) for c in received):
+    while time.monotonic() < deadline and any(
+        sum(c.values()) < sum(published.values()) for c in received
+    ):
         await asyncio.sleep(0.05)
     for t in consumer_tasks:
         t.cancel()

@@ -28,11 +28,15 @@ def test_ping_info_and_errors(broker):
     assert broker.http("GET", "/nope") == (404, b'{"message":"NOT_FOUND"}')
     assert broker.http("GET", "/pub", {"topic": "t"}) == (405, b'{"message":"METHOD_NOT_ALLOWED"}')
     assert broker.http("POST", "/pub", {}, b"x") == (400, b'{"message":"MISSING_ARG_TOPIC"}')
-    assert broker.http("POST", "/pub", {"topic": "bad!"}, b"x") == (400, b'{"message":"INVALID_TOPIC"}')
+    assert broker.http("POST", "/pub", {"topic": "bad!"}, b"x") == (
+        400,
+        b'{"message":"INVALID_TOPIC"}',
+    )
     assert broker.http("POST", "/pub", {"topic": "t"}, b"") == (400, b'{"message":"MSG_EMPTY"}')
     assert broker.http("POST", "/pub", {"topic": "t", "defer": "-1"}, b"x")[0] == 400
     assert broker.http("POST", "/channel/create", {"topic": "missing", "channel": "c"}) == (
-        404, b'{"message":"TOPIC_NOT_FOUND"}'
+        404,
+        b'{"message":"TOPIC_NOT_FOUND"}',
     )
     assert broker.http("POST", "/topic/delete", {"topic": "missing"})[0] == 404
 
@@ -44,7 +48,10 @@ def test_pub_mpub_defer_and_stats_shape(nsqd_factory):
     assert server.http("POST", "/mpub", {"topic": "h"}, b"two\n\nthree\n") == (200, b"OK")
     binary = struct.pack(">I", 2) + struct.pack(">I", 4) + b"four" + struct.pack(">I", 4) + b"five"
     assert server.http("POST", "/mpub", {"topic": "h", "binary": "true"}, binary) == (200, b"OK")
-    assert server.http("POST", "/pub", {"topic": "h"}, b"x" * 101) == (413, b'{"message":"MSG_TOO_BIG"}')
+    assert server.http("POST", "/pub", {"topic": "h"}, b"x" * 101) == (
+        413,
+        b'{"message":"MSG_TOO_BIG"}',
+    )
     server.http_publish("h", b"later", defer_ms=60_000)
     stats = server.stats()
     assert list(stats)[:4] == ["version", "health", "start_time", "topics"]
@@ -52,12 +59,26 @@ def test_pub_mpub_defer_and_stats_shape(nsqd_factory):
     topic = server.topic_stats("h")
     assert topic["message_count"] == 6 and topic["depth"] == 0
     channel = server.channel_stats("h", "c")
-    assert {k: channel[k] for k in ("depth", "deferred_count", "in_flight_count", "message_count")} == {
-        "depth": 5, "deferred_count": 1, "in_flight_count": 0, "message_count": 6,
+    assert {
+        k: channel[k] for k in ("depth", "deferred_count", "in_flight_count", "message_count")
+    } == {
+        "depth": 5,
+        "deferred_count": 1,
+        "in_flight_count": 0,
+        "message_count": 6,
     }
     assert set(channel) >= {
-        "channel_name", "depth", "backend_depth", "in_flight_count", "deferred_count",
-        "message_count", "requeue_count", "timeout_count", "client_count", "clients", "paused",
+        "channel_name",
+        "depth",
+        "backend_depth",
+        "in_flight_count",
+        "deferred_count",
+        "message_count",
+        "requeue_count",
+        "timeout_count",
+        "client_count",
+        "clients",
+        "paused",
     }
     assert server.stats()["topics"][0]["topic_name"] == "h"
     status, text = server.http("GET", "/stats")
@@ -126,8 +147,18 @@ def test_embedded_broker_reports_startup_errors():
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_cli_serves_and_stops_on_signal(sig):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_provider_nsq.testing.broker", "--tcp-port", "0",
-         "--http-port", "0", "--msg-timeout=90s", "--max-rdy-count", "10"],
+        [
+            sys.executable,
+            "-m",
+            "airflow_provider_nsq.testing.broker",
+            "--tcp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--msg-timeout=90s",
+            "--max-rdy-count",
+            "10",
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -156,7 +187,9 @@ def test_cli_serves_and_stops_on_signal(sig):
 def test_cli_rejects_bad_flags():
     result = subprocess.run(
         [sys.executable, "-m", "airflow_provider_nsq.testing.broker", "--msg-timeout", "soon"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2 and "invalid duration" in result.stderr
 
@@ -210,5 +243,7 @@ def test_plugin_imports_neither_airflow_nor_the_broker():
         "bad = [m for m in sys.modules if m.startswith('airflow.') or m == 'airflow' "
         "or m.startswith('airflow_provider_nsq.testing.broker')]; print(bad); sys.exit(bool(bad))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr

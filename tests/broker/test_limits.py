@@ -18,10 +18,26 @@ def identify(peer, **fields):
     ("flags", "send", "error"),
     [
         ({"max_rdy_count": 10}, "SUB t c\nRDY 11\n", b"E_INVALID RDY count 11 out of range 0-10"),
-        ({"max_msg_size": 10}, cmd("DPUB t 5", b"x" * 11).decode(), b"E_BAD_MESSAGE DPUB message too big 11 > 10"),
-        ({"max_req_timeout": 1000}, cmd("DPUB t 1001", b"x").decode(), b"E_INVALID DPUB timeout 1001 out of range 0-1000"),
-        ({"max_body_size": 100}, cmd("IDENTIFY", b"{" + b" " * 100 + b"}").decode(), b"E_BAD_BODY IDENTIFY body too big 102 > 100"),
-        ({"max_body_size": 100}, cmd("AUTH", b"s" * 101).decode(), b"E_BAD_BODY AUTH body too big 101 > 100"),
+        (
+            {"max_msg_size": 10},
+            cmd("DPUB t 5", b"x" * 11).decode(),
+            b"E_BAD_MESSAGE DPUB message too big 11 > 10",
+        ),
+        (
+            {"max_req_timeout": 1000},
+            cmd("DPUB t 1001", b"x").decode(),
+            b"E_INVALID DPUB timeout 1001 out of range 0-1000",
+        ),
+        (
+            {"max_body_size": 100},
+            cmd("IDENTIFY", b"{" + b" " * 100 + b"}").decode(),
+            b"E_BAD_BODY IDENTIFY body too big 102 > 100",
+        ),
+        (
+            {"max_body_size": 100},
+            cmd("AUTH", b"s" * 101).decode(),
+            b"E_BAD_BODY AUTH body too big 101 > 100",
+        ),
     ],
     ids=["max_rdy_count", "max_msg_size", "max_req_timeout", "identify_body", "auth_body"],
 )
@@ -38,11 +54,17 @@ def test_configured_limits(nsqd_factory, open_peer, flags, send, error):
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
-        ({"heartbeat_interval": 60001}, b"E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid"),
+        (
+            {"heartbeat_interval": 60001},
+            b"E_BAD_BODY IDENTIFY heartbeat interval (60001) is invalid",
+        ),
         ({"msg_timeout": 900001}, b"E_BAD_BODY IDENTIFY msg timeout (900001) is invalid"),
         ({"msg_timeout": 999}, b"E_BAD_BODY IDENTIFY msg timeout (999) is invalid"),
         ({"output_buffer_size": 63}, b"E_BAD_BODY IDENTIFY output buffer size (63) is invalid"),
-        ({"output_buffer_timeout": 24}, b"E_BAD_BODY IDENTIFY output buffer timeout (24) is invalid"),
+        (
+            {"output_buffer_timeout": 24},
+            b"E_BAD_BODY IDENTIFY output buffer timeout (24) is invalid",
+        ),
         ({"sample_rate": 100}, b"E_BAD_BODY IDENTIFY sample rate (100) is invalid"),
         ({"heartbeat_interval": "1000"}, b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
         ({"msg_timeout": 1500.0}, b"E_BAD_BODY IDENTIFY failed to decode JSON body"),
@@ -56,11 +78,19 @@ def test_identify_validation(broker, open_peer, fields, error):
 
 
 def test_identify_response_reflects_flags_and_request(nsqd_factory, open_peer):
-    server = nsqd_factory(max_rdy_count=100, max_deflate_level=3, snappy=False, max_msg_timeout=5000)
+    server = nsqd_factory(
+        max_rdy_count=100, max_deflate_level=3, snappy=False, max_msg_timeout=5000
+    )
     peer = open_peer(server)
     frame = identify(
-        peer, deflate=False, deflate_level=9, snappy=True, msg_timeout=2000, sample_rate=5,
-        output_buffer_size=-1, HEARTBEAT_INTERVAL=1000,  # keys match case-insensitively
+        peer,
+        deflate=False,
+        deflate_level=9,
+        snappy=True,
+        msg_timeout=2000,
+        sample_rate=5,
+        output_buffer_size=-1,
+        HEARTBEAT_INTERVAL=1000,  # keys match case-insensitively
     )
     assert json.loads(frame.data) == {
         "max_rdy_count": 100,
@@ -78,9 +108,19 @@ def test_identify_response_reflects_flags_and_request(nsqd_factory, open_peer):
         "output_buffer_timeout": 0,
     }
     assert list(json.loads(frame.data)) == [  # nsqd's key order
-        "max_rdy_count", "version", "max_msg_timeout", "msg_timeout", "tls_v1", "deflate",
-        "deflate_level", "max_deflate_level", "snappy", "sample_rate", "auth_required",
-        "output_buffer_size", "output_buffer_timeout",
+        "max_rdy_count",
+        "version",
+        "max_msg_timeout",
+        "msg_timeout",
+        "tls_v1",
+        "deflate",
+        "deflate_level",
+        "max_deflate_level",
+        "snappy",
+        "sample_rate",
+        "auth_required",
+        "output_buffer_size",
+        "output_buffer_timeout",
     ]
     assert peer.read_frame(timeout=2).data == b"_heartbeat_"
 

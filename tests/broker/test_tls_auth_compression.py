@@ -8,6 +8,8 @@ import logging
 import os
 import ssl
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -45,7 +47,11 @@ def test_tls_required_with_verified_client_certificate(nsqd_factory, open_peer, 
     peer.send(cmd("PUB tls_topic", b"secure"))
     assert peer.read_frame().data == b"OK"
     (asked,) = authorizer.requests
-    assert (asked.tls, asked.common_name, asked.remote_ip) == (True, tls_files.client_common_name, "127.0.0.1")
+    assert (asked.tls, asked.common_name, asked.remote_ip) == (
+        True,
+        tls_files.client_common_name,
+        "127.0.0.1",
+    )
     clients = server.stats()["producers"]
     assert clients[0]["tls"] is True and clients[0]["tls_version"].startswith("TLS")
 
@@ -66,20 +72,21 @@ def test_client_without_certificate_is_refused(nsqd_factory, open_peer, tls_file
 
 
 def test_tls_required_refuses_plaintext_commands_and_http(nsqd_factory, open_peer, tls_files):
-    server = nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key, tls_required=True)
+    server = nsqd_factory(
+        tls_cert=tls_files.server_cert, tls_key=tls_files.server_key, tls_required=True
+    )
     peer = open_peer(server)
     peer.send(cmd("SUB t c"))
     assert peer.read_frame().data == b"E_INVALID cannot SUB in current state (TLS required)"
     broker = server.broker
     assert server.http_port == broker.https_port  # the helpers switched to HTTPS
-    from tests.broker.wire import Peer  # noqa: F401 - plain HTTP below
-    import urllib.error
-    import urllib.request
-
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(f"http://{broker.http_address}/ping", timeout=5)
     assert info.value.code == 403
-    assert json.loads(info.value.read()) == {"message": "TLS_REQUIRED", "https_port": broker.https_port}
+    assert json.loads(info.value.read()) == {
+        "message": "TLS_REQUIRED",
+        "https_port": broker.https_port,
+    }
     assert server.http("GET", "/ping") == (200, b"OK")
 
 
@@ -100,7 +107,9 @@ def test_callable_authorizer_is_asked_again_after_ttl(nsqd_factory, open_peer, c
     assert negotiate(peer)["auth_required"] is True
     peer.send(cmd("AUTH", b"good"))
     assert json.loads(peer.read_frame().data) == {
-        "identity": "test-user", "identity_url": "", "permission_count": 1,
+        "identity": "test-user",
+        "identity_url": "",
+        "permission_count": 1,
     }
     peer.send(cmd("PUB t", b"1"))
     assert peer.read_frame().data == b"OK"
@@ -118,7 +127,9 @@ def test_callable_authorizer_is_asked_again_after_ttl(nsqd_factory, open_peer, c
 
 def test_http_authorizer_ttl_requery_and_request_shape(nsqd_factory, open_peer):
     answer = allow_all("http-user", ttl=1)
-    answer["authorizations"] = [{"topic": "^allowed", "channels": [".*"], "permissions": ["publish"]}]
+    answer["authorizations"] = [
+        {"topic": "^allowed", "channels": [".*"], "permissions": ["publish"]}
+    ]
     with AuthServer({"tok en/+": answer}) as auth:
         server = nsqd_factory(auth_http_address=[auth.address])
         peer = open_peer(server)
@@ -131,7 +142,10 @@ def test_http_authorizer_ttl_requery_and_request_shape(nsqd_factory, open_peer):
         assert peer.read_frame().data == b"OK"
         assert len(auth.requests) == 2
         assert auth.requests[0].query == {
-            "common_name": "", "remote_ip": "127.0.0.1", "secret": "tok en/+", "tls": "false",
+            "common_name": "",
+            "remote_ip": "127.0.0.1",
+            "secret": "tok en/+",
+            "tls": "false",
         }
         assert auth.requests[0].accept == "application/vnd.nsq; version=1.0"
         peer.send(cmd("PUB other", b"x"))

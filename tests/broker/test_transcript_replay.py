@@ -119,7 +119,7 @@ class Replay:
             expected = step["recv"]
             frames = peer.read_frames(len(expected), timeout=10.0)
             self.frames[index] = frames
-            for want, got in zip(expected, frames):
+            for want, got in zip(expected, frames, strict=True):
                 self.check_frame(want, got, where)
         elif step.get("recv_closed"):
             kind = peer.expect_closed(timeout=10.0)
@@ -184,8 +184,12 @@ def _frame_times(r: Replay, pred: Any) -> list[float]:
 
 def _between(start: float, end: float, low: float, high: float, what: str) -> None:
     elapsed = end - start
-    assert elapsed >= low, f"{what}: after {elapsed * 1000:.0f} ms, earlier than {low * 1000:.0f} ms"
-    assert elapsed <= high + SLACK_S, f"{what}: after {elapsed * 1000:.0f} ms, later than {high * 1000:.0f} ms"
+    assert elapsed >= low, (
+        f"{what}: after {elapsed * 1000:.0f} ms, earlier than {low * 1000:.0f} ms"
+    )
+    assert elapsed <= high + SLACK_S, (
+        f"{what}: after {elapsed * 1000:.0f} ms, later than {high * 1000:.0f} ms"
+    )
 
 
 def check_timing(r: Replay) -> None:
@@ -204,16 +208,16 @@ def check_timing(r: Replay) -> None:
         _between(start, _frame_times(r, heartbeat)[0], 1.0, 1.0, "heartbeat")
         _between(start, r.times[-1], 2.0, 2.0, "close after 2 silent intervals")
     elif name == "msg_timeout":
-        first, again = _frame_times(r, message)
+        _, again = _frame_times(r, message)
         _between(r.times[_send_index(t, "RDY")], again, 1.0, 1.0, "redelivery after msg_timeout")
     elif name == "touch_ok":
-        first, again = _frame_times(r, message)
+        _, again = _frame_times(r, message)
         _between(r.times[_send_index(t, "TOUCH")], again, 2.0, 2.0, "redelivery after TOUCH")
     elif name == "dpub_ok":
         (arrived,) = _frame_times(r, message)
         _between(r.times[_send_index(t, "DPUB")], arrived, 1.0, 1.0, "deferred delivery")
     elif name == "inflight_after_disconnect":
-        first, again = _frame_times(r, message)
+        _, again = _frame_times(r, message)
         pub = r.times[_send_index(t, "PUB", "producer")]
         _between(pub, again, 2.0, 2.0, "redelivery to B after A's msg_timeout")
     elif name == "output_buffering_rdy_gt_1":
@@ -233,7 +237,10 @@ def _check_http_stats(r: Replay) -> None:
         return
     topic = check["topics"][0]["topic_name"]
     stats = r.nsqd.stats(topic=topic)
-    got = [{"topic_name": t["topic_name"], "message_count": t["message_count"]} for t in stats["topics"]]
+    got = [
+        {"topic_name": t["topic_name"], "message_count": t["message_count"]}
+        for t in stats["topics"]
+    ]
     assert got == check["topics"]
 
 
@@ -243,7 +250,7 @@ def _prepare(t: Transcript, nsqd: EmbeddedNSQD) -> None:
         match = re.search(r"topic/channel (\S+)/(\S+) was created", note)
         if match:
             topic, channel = match.groups()
-            nsqd.call(lambda b: b.get_topic(topic).get_channel(channel))
+            nsqd.call(lambda b, t=topic, c=channel: b.get_topic(t).get_channel(c))
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

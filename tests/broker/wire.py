@@ -111,7 +111,7 @@ class Peer:
         self.sock.settimeout(remaining)
         try:
             data = self.sock.recv(262144)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             return False
         except ConnectionResetError:
             self.closed = "reset"

@@ -18,7 +18,15 @@ from collections.abc import Sequence
 from .options import BrokerOptions
 from .server import Broker
 
-_UNITS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
+_UNITS = {
+    "ns": 1e-6,
+    "us": 1e-3,
+    "µs": 1e-3,
+    "ms": 1.0,
+    "s": 1000.0,
+    "m": 60_000.0,
+    "h": 3_600_000.0,
+}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 
 
@@ -75,25 +83,49 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
     add("--https-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
     add("--broadcast-address", default="127.0.0.1")
-    for flag in ("max-msg-size", "max-body-size", "max-rdy-count", "max-output-buffer-size",
-                 "max-deflate-level", "max-channel-consumers", "mem-queue-size"):
+    for flag in (
+        "max-msg-size",
+        "max-body-size",
+        "max-rdy-count",
+        "max-output-buffer-size",
+        "max-deflate-level",
+        "max-channel-consumers",
+        "mem-queue-size",
+    ):
         add(f"--{flag}", type=int, default=None)
-    for flag in ("max-req-timeout", "msg-timeout", "max-msg-timeout", "max-heartbeat-interval",
-                 "max-output-buffer-timeout", "min-output-buffer-timeout",
-                 "output-buffer-timeout", "http-client-connect-timeout",
-                 "http-client-request-timeout"):
+    for flag in (
+        "max-req-timeout",
+        "msg-timeout",
+        "max-msg-timeout",
+        "max-heartbeat-interval",
+        "max-output-buffer-timeout",
+        "min-output-buffer-timeout",
+        "output-buffer-timeout",
+        "http-client-connect-timeout",
+        "http-client-request-timeout",
+    ):
         add(f"--{flag}", type=parse_duration_ms, default=None, metavar="DURATION")
     for flag in ("deflate", "snappy"):
         add(f"--{flag}", type=parse_bool, nargs="?", const=True, default=None, metavar="BOOL")
     add("--tls-cert", default=None)
     add("--tls-key", default=None)
     add("--tls-root-ca-file", default=None)
-    add("--tls-required", type=_tls_required, nargs="?", const=True, default=None,
-        metavar="true|false|tcp-https")
+    add(
+        "--tls-required",
+        type=_tls_required,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="true|false|tcp-https",
+    )
     add("--tls-client-auth-policy", default=None, choices=["", "require", "require-verify"])
     add("--tls-min-version", default=None, choices=["tls1.0", "tls1.1", "tls1.2", "tls1.3"])
-    add("--auth-http-address", action="append", default=None,
-        help="nsqd-style auth server HOST:PORT or URL (repeatable)")
+    add(
+        "--auth-http-address",
+        action="append",
+        default=None,
+        help="nsqd-style auth server HOST:PORT or URL (repeatable)",
+    )
     add("--log-level", default="info", choices=["debug", "info", "warn", "warning", "error"])
     return p
 
@@ -114,13 +146,32 @@ def options_from_args(args: argparse.Namespace) -> BrokerOptions:
         kwargs["https_port"] = args.https_port
     kwargs.update(host=host or "127.0.0.1", tcp_port=tcp_port, http_port=http_port)
     for name in (
-        "broadcast_address", "max_msg_size", "max_body_size", "max_rdy_count",
-        "max_output_buffer_size", "max_deflate_level", "max_channel_consumers",
-        "mem_queue_size", "max_req_timeout", "msg_timeout", "max_msg_timeout",
-        "max_heartbeat_interval", "max_output_buffer_timeout", "min_output_buffer_timeout",
-        "output_buffer_timeout", "http_client_connect_timeout", "http_client_request_timeout",
-        "deflate", "snappy", "tls_cert", "tls_key", "tls_root_ca_file", "tls_required",
-        "tls_client_auth_policy", "tls_min_version", "auth_http_address",
+        "broadcast_address",
+        "max_msg_size",
+        "max_body_size",
+        "max_rdy_count",
+        "max_output_buffer_size",
+        "max_deflate_level",
+        "max_channel_consumers",
+        "mem_queue_size",
+        "max_req_timeout",
+        "msg_timeout",
+        "max_msg_timeout",
+        "max_heartbeat_interval",
+        "max_output_buffer_timeout",
+        "min_output_buffer_timeout",
+        "output_buffer_timeout",
+        "http_client_connect_timeout",
+        "http_client_request_timeout",
+        "deflate",
+        "snappy",
+        "tls_cert",
+        "tls_key",
+        "tls_root_ca_file",
+        "tls_required",
+        "tls_client_auth_policy",
+        "tls_min_version",
+        "auth_http_address",
     ):
         value = getattr(args, name)
         if value is not None:

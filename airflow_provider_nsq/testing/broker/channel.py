@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .client import ClientConnection
     from .topic import Topic
 
+
 class QueueFull(Exception):
     """A publish would take a queue past mem_queue_size (the broker refuses it)."""
 

@@ -298,7 +298,9 @@ class ClientConnection(asyncio.Protocol):
             self._step(result, None, None)  # type: ignore[arg-type]
         return completed
 
-    def _step(self, gen: Generator[Any, Any, bytes | None], value: Any, exc: BaseException | None) -> None:
+    def _step(
+        self, gen: Generator[Any, Any, bytes | None], value: Any, exc: BaseException | None
+    ) -> None:
         try:
             request = gen.send(value) if exc is None else gen.throw(exc)
         except StopIteration as stop:
@@ -411,10 +413,10 @@ class ClientConnection(asyncio.Protocol):
         sample_rate = self.pump_sample_rate
         if sample_rate and random.randrange(100) > sample_rate:
             # nsqd drops the message for good, it is not requeued (FACTS.md section 4).
-            if type(item) is not tuple:
-                item.state = DONE  # type: ignore[union-attr]
+            if isinstance(item, BrokerMessage):
+                item.state = DONE
             return True
-        msg = BrokerMessage(*item) if type(item) is tuple else item  # type: ignore[misc]
+        msg = item if isinstance(item, BrokerMessage) else BrokerMessage(*item)
         msg.attempts += 1
         msg.state = IN_FLIGHT
         msg.client = self
@@ -429,10 +431,8 @@ class ClientConnection(asyncio.Protocol):
         frame = _pack_msg_header(30 + len(body), 2, msg.timestamp, msg.attempts) + msg.id + body
         size = len(frame)
         limit = self.output_buffer_size
-        if self._out_size + size > limit:
-            # bufio.Writer semantics: what is buffered goes out first.
-            if self._out:
-                self._flush()
+        if self._out_size + size > limit and self._out:
+            self._flush()  # bufio.Writer semantics: what is buffered goes out first
         self._out.append(frame)
         self._out_size += size
         if self.in_flight >= self.rdy or self._out_size >= limit:
@@ -679,7 +679,12 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        for handle in (self._hb_handle, self._deadline_handle, self._flush_handle, self._write_deadline):
+        for handle in (
+            self._hb_handle,
+            self._deadline_handle,
+            self._flush_handle,
+            self._write_deadline,
+        ):
             if handle is not None:
                 handle.cancel()
         self._hb_handle = self._deadline_handle = self._flush_handle = self._write_deadline = None
@@ -731,4 +736,3 @@ class ClientConnection(asyncio.Protocol):
             }
         )
         return stats
-

@@ -85,7 +85,9 @@ def read_exact(conn: ClientConnection, n: int, code: str, text: str) -> Generato
 # -- auth -------------------------------------------------------------------------------
 
 
-def check_auth(conn: ClientConnection, cmd: str, topic: str, channel: str) -> Generator[Any, Any, None]:
+def check_auth(
+    conn: ClientConnection, cmd: str, topic: str, channel: str
+) -> Generator[Any, Any, None]:
     """nsqd's CheckAuth: AUTH first, re-ask the authorizer once the TTL ran out."""
     if not conn.broker.options.auth_enabled:
         return
@@ -109,7 +111,9 @@ def check_auth(conn: ClientConnection, cmd: str, topic: str, channel: str) -> Ge
         )
 
 
-def _publish(conn: ClientConnection, cmd: str, topic_name: str, bodies: list[bytes], defer_ms: int) -> None:
+def _publish(
+    conn: ClientConnection, cmd: str, topic_name: str, bodies: list[bytes], defer_ms: int
+) -> None:
     topic = conn.broker.get_topic(topic_name)
     try:
         topic.publish(bodies, defer_ms)
@@ -232,7 +236,9 @@ def cmd_pub(conn: ClientConnection, params: list[bytes]) -> Result:
         raise ClientError("E_INVALID", "PUB insufficient number of parameters")
     topic = _name(params[1])
     if topic is None:
-        raise ClientError("E_BAD_TOPIC", b"PUB topic name " + go_quote(params[1]) + b" is not valid")
+        raise ClientError(
+            "E_BAD_TOPIC", b"PUB topic name " + go_quote(params[1]) + b" is not valid"
+        )
     return _pub(conn, "PUB", topic, 0)
 
 
@@ -241,7 +247,9 @@ def cmd_dpub(conn: ClientConnection, params: list[bytes]) -> Result:
         raise ClientError("E_INVALID", "DPUB insufficient number of parameters")
     topic = _name(params[1])
     if topic is None:
-        raise ClientError("E_BAD_TOPIC", b"DPUB topic name " + go_quote(params[1]) + b" is not valid")
+        raise ClientError(
+            "E_BAD_TOPIC", b"DPUB topic name " + go_quote(params[1]) + b" is not valid"
+        )
     timeout = parse_base10(params[2])
     if timeout is None:
         raise ClientError("E_INVALID", b"DPUB could not parse timeout " + params[2])
@@ -305,10 +313,14 @@ def _mpub(conn: ClientConnection, topic: str) -> Body:
                 msg_size = _unpack_len(buf, pos)[0]
                 if msg_size <= 0:
                     conn.rpos = pos + 4
-                    raise ClientError("E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {msg_size}")
+                    raise ClientError(
+                        "E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {msg_size}"
+                    )
                 if msg_size > max_msg_size:
                     conn.rpos = pos + 4
-                    raise ClientError("E_BAD_MESSAGE", f"MPUB message too big {msg_size} > {max_msg_size}")
+                    raise ClientError(
+                        "E_BAD_MESSAGE", f"MPUB message too big {msg_size} > {max_msg_size}"
+                    )
                 stop = pos + 4 + msg_size
                 if stop > end:
                     break
@@ -336,7 +348,9 @@ def cmd_sub(conn: ClientConnection, params: list[bytes]) -> Result:
         raise ClientError("E_INVALID", "SUB insufficient number of parameters")
     topic = _name(params[1])
     if topic is None:
-        raise ClientError("E_BAD_TOPIC", b"SUB topic name " + go_quote(params[1]) + b" is not valid")
+        raise ClientError(
+            "E_BAD_TOPIC", b"SUB topic name " + go_quote(params[1]) + b" is not valid"
+        )
     channel = _name(params[2])
     if channel is None:
         raise ClientError(
@@ -391,7 +405,9 @@ def cmd_fin(conn: ClientConnection, params: list[bytes]) -> Result:
     try:
         conn.channel.finish(conn, msg_id)  # type: ignore[union-attr]
     except LookupError as exc:
-        raise ClientError("E_FIN_FAILED", b"FIN " + msg_id + b" failed " + str(exc.args[0]).encode()) from None
+        raise ClientError(
+            "E_FIN_FAILED", b"FIN " + msg_id + b" failed " + str(exc.args[0]).encode()
+        ) from None
     conn.finished()
     return None
 
@@ -406,7 +422,9 @@ def cmd_req(conn: ClientConnection, params: list[bytes]) -> Result:
     try:
         conn.channel.requeue(conn, msg_id, timeout)  # type: ignore[union-attr]
     except LookupError as exc:
-        raise ClientError("E_REQ_FAILED", b"REQ " + msg_id + b" failed " + str(exc.args[0]).encode()) from None
+        raise ClientError(
+            "E_REQ_FAILED", b"REQ " + msg_id + b" failed " + str(exc.args[0]).encode()
+        ) from None
     conn.requeued()
     return None
 

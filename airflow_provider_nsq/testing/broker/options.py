@@ -104,9 +104,7 @@ class BrokerOptions:
             raise ValueError(
                 f"tls_required must be True, False or 'tcp-https', got {self.tls_required!r}"
             )
-        self.tls_required = {"tcp-https": "tcp-https", **_TLS_REQUIRED_VALUES}[
-            self.tls_required  # type: ignore[index]
-        ]
+        self.tls_required = {"tcp-https": "tcp-https", **_TLS_REQUIRED_VALUES}[self.tls_required]
         # nsqd: setting a client auth policy forces --tls-required (FACTS.md section 8).
         if self.tls_client_auth_policy and self.tls_required == "false":
             self.tls_required = "true"

@@ -70,7 +70,9 @@ class Broker:
         self._servers.append(tcp)
         self.tcp_port = tcp.sockets[0].getsockname()[1]
         http = await self._loop.create_server(
-            lambda: HTTPConnection(self, secure=False, handler=api.handle), opts.host, opts.http_port
+            lambda: HTTPConnection(self, secure=False, handler=api.handle),
+            opts.host,
+            opts.http_port,
         )
         self._servers.append(http)
         self.http_port = http.sockets[0].getsockname()[1]

@@ -72,7 +72,9 @@ class Topic:
         self.message_bytes += sum(map(len, bodies))
         items: list[Item]
         if defer_ms > 0:
-            items = [BrokerMessage(i, body, ts, defer_ms) for i, body in zip(ids, bodies)]
+            items = [
+                BrokerMessage(i, body, ts, defer_ms) for i, body in zip(ids, bodies, strict=True)
+            ]
         else:
             # Plain tuples until first delivery: publishing stays cheap, and every
             # channel can share them (a BrokerMessage is made per channel on delivery).
