@@ -254,9 +254,23 @@ class NSQSensor(BaseSensorOperator):
                 self.topic,
                 self.channel,
             )
-            hook.requeue(batch)
+            try:
+                hook.requeue(batch)
+            except Exception as exc:  # keep the push's error; nsqd's msg_timeout still applies
+                self.log.warning("REQ failed too (%s): nsqd redelivers after msg_timeout", exc)
             raise
-        hook.finish(batch)
+        try:
+            hook.finish(batch)
+        except Exception as exc:
+            # The XCom is recorded, so the task succeeds; nsqd redelivers the messages
+            # when their msg_timeout expires: a later run sees them again (duplicates).
+            self.log.warning(
+                "Pushed %s message(s) to XCom but could not FIN them (%s); nsqd will "
+                "redeliver them after msg_timeout",
+                len(batch),
+                exc,
+            )
+            return
         self.log.info(
             "Pushed %s message(s) from %s/%s to XCom and finished them",
             len(batch),
