@@ -83,7 +83,7 @@ def test_example_dag_publishes_pub_dpub_and_mpub(airflow_db, nsqd, nsq_default, 
     assert result.xcom["publish_check_results"]["delay_ms"] == delay_ms
 
     # Everything but the deferred message is there at once.
-    now = read(nsqd, nsq_topic, "reader", count=5, timeout=2.0)
+    now = read(nsqd, nsq_topic, "reader", count=4, timeout=5.0)
     events = [json.loads(m.body) for m in now]
     assert sorted(e["event"] for e in events) == ["row_count", "row_count", "row_count", "started"]
     assert {e["table"] for e in events if e["event"] == "row_count"} == {
