@@ -21,6 +21,7 @@ pyarrow, nothing else.
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import math
 import os
@@ -361,7 +362,10 @@ def _json_converter(dtype: DataType) -> Callable[[Any], Any] | None:
         return str  # exact: a float would round silently
     if isinstance(dtype, (FloatType, DoubleType)):
         return _float
-    if isinstance(dtype, (DateType, TimestampType, TimestampNTZType)):
+    if isinstance(dtype, TimestampType):
+        # Arrow hands these over in the session time zone; one zone for every message.
+        return lambda v: (v.astimezone(datetime.timezone.utc) if v.tzinfo else v).isoformat()
+    if isinstance(dtype, (DateType, TimestampNTZType)):
         return lambda v: v.isoformat()
     if isinstance(dtype, DayTimeIntervalType):
         return lambda v: v.total_seconds()
