@@ -20,7 +20,7 @@ from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
 from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
-from ..provider_info import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT
+from ..provider_info import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -206,6 +206,44 @@ class NSQHook(BaseHook):
 
     def __repr__(self) -> str:
         return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
+
+    # -- the connection form on Airflow < 3.2 ------------------------------------------
+    # Airflow >= 3.2 builds the form from provider info (conn-fields, ui-field-behaviour)
+    # and never calls these; older versions (with the FAB provider) do.
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """Legacy form widgets for the extras, generated from the provider info's fields."""
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import BooleanField, IntegerField, StringField
+
+        widgets: dict[str, Any] = {}
+        for name, spec in CONN_FIELDS.items():
+            kind = spec["schema"]["type"][0]
+            label = lazy_gettext(spec["label"])
+            if kind == "boolean":
+                widgets[name] = BooleanField(
+                    label, description=spec["description"], default=spec["schema"].get("default")
+                )
+            elif kind == "integer":
+                widgets[name] = IntegerField(
+                    label, description=spec["description"], widget=BS3TextFieldWidget()
+                )
+            else:
+                widgets[name] = StringField(
+                    label, description=spec["description"], widget=BS3TextFieldWidget()
+                )
+        return widgets
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Legacy field behaviour: the provider info's ``ui-field-behaviour``."""
+        return {
+            "hidden_fields": list(UI_FIELD_BEHAVIOUR["hidden-fields"]),
+            "relabeling": dict(UI_FIELD_BEHAVIOUR["relabeling"]),
+            "placeholders": dict(UI_FIELD_BEHAVIOUR["placeholders"]),
+        }
 
     def __enter__(self) -> NSQHook:
         return self

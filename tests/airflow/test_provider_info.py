@@ -99,3 +99,14 @@ def test_airflow_providers_cli_shows_the_provider(airflow_home):
     assert any(p["package_name"] == "airflow-provider-nsq" for p in out["list"])
     assert any(h["connection_type"] == "nsq" and h["class"] == HOOK for h in out["hooks"])
     assert {"field_behaviours": "nsq"} in out["behaviours"]
+
+
+def test_legacy_hook_form_matches_the_provider_info(providers_manager):
+    from airflow_provider_nsq.hooks.nsq import NSQHook
+
+    legacy = NSQHook.get_ui_field_behaviour()
+    assert legacy["hidden_fields"] == ["login", "schema"]
+    assert legacy["relabeling"]["password"] == "AUTH secret"
+    # Airflow 3.2+ takes the form from provider info and never calls the hook's methods,
+    # so defining them (for older Airflow) costs no deprecation warning there.
+    assert providers_manager.field_behaviours["nsq"]["relabeling"] == legacy["relabeling"]
