@@ -61,7 +61,9 @@ def coerce_delay(delay: Any) -> Delay:
 class _NSQPublishBase(BaseOperator):
     ui_color = "#3c8dbc"
 
-    def __init__(self, *, topic: str, nsq_conn_id: str = NSQHook.default_conn_name, **kwargs):
+    def __init__(
+        self, *, topic: str, nsq_conn_id: str = NSQHook.default_conn_name, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         check_topic(topic)
         self.topic = topic
