@@ -503,7 +503,7 @@ class NSQHook(BaseHook):
                 return (
                     True,
                     f"nsqd {version} at {config.address}; tls={'on' if conn.tls else 'off'}, "
-                    f"compression={conn.compression or 'none'}, auth={auth_text}",
+                    f"auth={auth_text}, compression={conn.compression or 'none'}",
                 )
         except NSQAuthError as exc:
             return False, _scrub(f"AUTH needed: {exc}", secret)

@@ -41,8 +41,8 @@ def test_tls_auth_and_compression_from_the_connection(
     ok, message = hook.test_connection()
     assert ok, message
     assert message == (
-        f"nsqd 1.3.0 at {secure_nsqd.tcp_address}; tls=on, compression={compression}, "
-        "auth=ok (etl-bot, 1 permissions)"
+        f"nsqd 1.3.0 at {secure_nsqd.tcp_address}; tls=on, "
+        f"auth=ok (etl-bot, 1 permissions), compression={compression}"
     )
     with hook:
         hook.publish(nsq_topic, "over tls")
