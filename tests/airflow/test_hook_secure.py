@@ -3,6 +3,7 @@ as the Test button and a task see them. The AUTH secret never shows up in messag
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -35,8 +36,9 @@ def _use(monkeypatch, server, tls_files, secret: str | None = SECRET, **extras: 
 
 @pytest.mark.parametrize("compression", ["snappy", "deflate"])
 def test_tls_auth_and_compression_from_the_connection(
-    secure_nsqd, tls_files, monkeypatch, nsq_topic, compression
+    secure_nsqd, tls_files, monkeypatch, nsq_topic, compression, caplog
 ):
+    caplog.set_level(logging.DEBUG)
     hook = _use(monkeypatch, secure_nsqd, tls_files, compression=compression)
     ok, message = hook.test_connection()
     assert ok, message
@@ -48,6 +50,7 @@ def test_tls_auth_and_compression_from_the_connection(
         hook.publish(nsq_topic, "over tls")
         (got,) = hook.consume(nsq_topic, "c", max_messages=1, timeout=5)
     assert got.body == b"over tls"
+    assert SECRET not in caplog.text
 
 
 def test_missing_secret_is_reported(secure_nsqd, tls_files, monkeypatch):
