@@ -417,7 +417,11 @@ def cmd_req(conn: ClientConnection, params: list[bytes]) -> Result:
     timeout = parse_base10(params[2])
     if timeout is None:
         raise ClientError("E_INVALID", b"REQ could not parse timeout " + params[2])
-    # Unlike DPUB, REQ silently clamps to max-req-timeout (req_timeout_clamped).
+    # Unlike DPUB, REQ silently clamps to 0..max-req-timeout (req_timeout_clamped). nsqd
+    # turns the ms into an int64 Duration first, so huge values wrap negative -> 0.
+    duration_ns = (timeout * 1_000_000) % _U64
+    if duration_ns >= _I63:
+        timeout = 0
     timeout = min(timeout, conn.broker.options.max_req_timeout)
     try:
         conn.channel.requeue(conn, msg_id, timeout)  # type: ignore[union-attr]
