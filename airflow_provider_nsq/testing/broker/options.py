@@ -31,8 +31,12 @@ from airflow_provider_nsq.protocol.constants import (
 NSQD_VERSION = "1.3.0"
 
 #: nsqd spills to disk past --mem-queue-size (default 10000). This broker has no disk, so
-#: the flag is a hard bound on each queue; the default is larger so that benchmarks and
-#: tests that publish a burst before consuming still work. See docs/testing.md.
+#: the flag is a hard bound on each queue (a channel's queued + deferred messages, a
+#: topic's messages waiting for a first channel): a publish that would pass it is refused
+#: whole with a fatal ``E_PUB_FAILED`` / ``E_MPUB_FAILED`` / ``E_DPUB_FAILED`` (HTTP: 503),
+#: so memory stays bounded when producers outpace consumers. The default is larger than
+#: nsqd's so that benchmarks and tests that publish a burst before consuming still work.
+#: See docs/testing.md.
 DEFAULT_MEM_QUEUE_SIZE = 1_000_000
 
 #: An authorizer is called as ``authorizer(secret, remote_ip, tls, common_name)`` and
