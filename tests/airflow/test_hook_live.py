@@ -35,7 +35,7 @@ def test_publish_calls_share_one_connection(nsqd, nsq_default, nsq_topic):
 
     bodies = [m.body for m in read(nsqd, nsq_topic, "c", count=5, timeout=3.0)]
     assert bodies == [b"plain", b'{"k":[1,2]}', b"\x00\x01", b"two", b'["three"]']
-    assert nsqd.channel_stats(nsq_topic, "c")["deferred_count"] == 1
+    nsqd.wait_for(lambda: nsqd.channel_stats(nsq_topic, "c")["deferred_count"] == 1)
 
 
 def test_delay_above_the_connections_limit_is_refused_before_sending(nsqd, monkeypatch):
@@ -60,7 +60,7 @@ def test_consume_windows_fin_req_and_manual(nsqd, nsq_default, nsq_topic):
     assert left.body == held[1].body and left.attempts == 3
     with NSQHook() as hook:
         assert hook.consume(nsq_topic, "c", max_messages=1, timeout=0.3) == []
-    assert channel_is_empty(nsqd, nsq_topic, "c")
+    nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "c"))
 
 
 def test_window_longer_than_msg_timeout_is_refused(nsqd, monkeypatch, nsq_topic):

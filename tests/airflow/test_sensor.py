@@ -157,7 +157,7 @@ def test_rejected_messages_requeued_with_delay_and_accepted_ones_finished_after_
     assert [r["body_encoding"] for r in records] == ["utf-8", "base64"]
     assert all(set(r) == RECORD_KEYS and r["channel"] == "etl" for r in records)
     nsqd.wait_for(lambda: nsqd.channel_stats(nsq_topic, "etl")["deferred_count"] == 1)
-    assert channel_is_empty(nsqd, nsq_topic, "etl")  # FIN'd; the rejected one is deferred
+    nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "etl"))  # accepted ones FIN'd
 
 
 def test_failed_push_requeues_the_window(nsqd, nsq_default, nsq_topic):
@@ -243,8 +243,12 @@ def test_failed_xcom_push_leaves_messages_for_a_rerun(
 
     assert failed.task_states["wait_for_messages"] == "failed", failed
     assert "received" not in failed.xcom
-    stats = nsqd.channel_stats(nsq_topic, "sensor")
-    assert (stats["depth"], stats["in_flight_count"]) == (2, 0)  # back on the channel
+
+    def back_on_the_channel() -> bool:
+        stats = nsqd.channel_stats(nsq_topic, "sensor")
+        return (stats["depth"], stats["in_flight_count"]) == (2, 0)
+
+    nsqd.wait_for(back_on_the_channel)
 
     rerun = run_dag(dag, topic=nsq_topic, channel="sensor")
 
