@@ -235,7 +235,10 @@ def run(args: argparse.Namespace) -> None:
             step(f"Creating the Airflow metadata DB in {home}")
             from airflow.utils import db
 
-            with contextlib.redirect_stdout(None if args.verbose else open(os.devnull, "w")):
+            with (
+                open(os.devnull, "w") as devnull,
+                contextlib.redirect_stdout(sys.stdout if args.verbose else devnull),
+            ):
                 db.resetdb()
             dags = load_dags()
 

@@ -103,9 +103,9 @@ def summarize(
 class NSQDataSource(DataSource):
     """``df.write.format("nsq").option("nsqd", "host:port").option("topic", "t")``.
 
-    Write-only (batch): see ``docs/spark.md`` for the options. Use ``mode("append")``,
-    the default for this source's ``save()`` in PySpark 4; ``overwrite`` is refused since
-    a topic cannot be overwritten.
+    Write-only (batch): see ``docs/spark.md`` for the options. Use ``mode("append")``:
+    ``overwrite`` is refused here (a topic cannot be overwritten), and PySpark 4 itself
+    refuses ``errorifexists`` (the default) and ``ignore`` for Python data sources.
     """
 
     @classmethod
