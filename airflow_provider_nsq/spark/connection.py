@@ -6,7 +6,7 @@ from .options import options_from_client_config
 
 
 def nsq_options_from_connection(
-    nsq_conn_id: str = "nsq_default", **overrides: str
+    nsq_conn_id: str = "nsq_default", **overrides: object
 ) -> dict[str, str]:
     """Options for ``df.write.format("nsq")`` from the Airflow connection ``nsq_conn_id``.
 
