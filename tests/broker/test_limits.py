@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 
@@ -203,3 +205,27 @@ def test_memory_stays_bounded_when_producer_outpaces_consumer(nsqd_factory, open
     stats = server.channel_stats("race", "ch")
     assert stats["depth"] + stats["in_flight_count"] <= limit + 1
     assert published >= limit - 100
+
+
+def test_consumer_that_stops_reading_is_dropped(broker, open_peer):
+    """nsqd's write deadline: a client whose buffers stay full for one heartbeat interval
+    is disconnected, so a stuck consumer cannot make the broker buffer without bound."""
+    c = open_peer(broker)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    identify(c, heartbeat_interval=1000, output_buffer_size=-1)
+    c.send(cmd("SUB stuck ch") + cmd("RDY 2500"))
+    assert c.read_frame().data == b"OK"
+    p = open_peer(broker)
+    for _ in range(25):
+        p.send(cmd("MPUB stuck", mpub_body(*[b"x" * 10_000] * 100)))
+        assert p.read_frame().data == b"OK"
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:  # keep the read deadline alive, never read
+        c.send_quietly(cmd("NOP"))
+        stats = broker.channel_stats("stuck", "ch")
+        if stats["client_count"] == 0:
+            break
+        time.sleep(0.2)
+    stats = broker.channel_stats("stuck", "ch")
+    assert stats["client_count"] == 0
+    assert stats["in_flight_count"] < 2500  # delivery stopped when its buffers filled
