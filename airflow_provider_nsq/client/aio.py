@@ -115,6 +115,18 @@ class AsyncNSQConnection:
         return dict(core.server_info)
 
     @property
+    def auth_info(self) -> dict | None:
+        return self._core.auth_info if self._core else None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self._core and self._core.tls)
+
+    @property
+    def compression(self) -> str | None:
+        return self._core.compression if self._core else None
+
+    @property
     def max_rdy_count(self) -> int:
         return self._require_core().max_rdy_count
 

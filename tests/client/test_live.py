@@ -153,7 +153,7 @@ def test_compressed_connections_publish_and_consume(kind, compression, nsqd, nsq
     nsqd.create_channel(nsq_topic, "c")
     bodies = [b"compressible " * 100, bytes(range(256)) * 8, b"x"]
     with make_driver(kind, cfg(nsqd, compression=compression)) as conn:
-        assert conn.compression == compression if kind == "blocking" else True
+        assert conn.compression == compression
         conn.multi_publish(nsq_topic, bodies)
     with make_driver(kind, cfg(nsqd, compression=compression)) as conn:
         got = conn.consume(nsq_topic, "c", max_messages=3, timeout=10)
@@ -175,6 +175,7 @@ def test_tls_with_verification_against_a_custom_ca(
     server = nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key)
     server.create_channel(nsq_topic, "c")
     with make_driver(kind, cfg(server, tls=True, tls_ca_file=tls_files.ca_file)) as conn:
+        assert conn.tls
         conn.publish(nsq_topic, b"secret payload")
     tls_deflate = cfg(server, tls=True, tls_ca_file=tls_files.ca_file, compression="deflate")
     with make_driver(kind, tls_deflate) as conn:

@@ -209,7 +209,7 @@ def test_auth_with_secret_is_sent_after_identify(kind) -> None:
         cfg = config(server, auth_secret="s3cret")
         assert "s3cret" not in repr(cfg)
         with make_driver(kind, cfg) as conn:
-            assert conn.auth_info["identity"] == "me" if kind == "blocking" else True
+            assert conn.auth_info["identity"] == "me"
             conn.publish("t", b"x")
 
 
