@@ -42,7 +42,7 @@ class DeflateCodec:
         try:
             return self._decompressor.decompress(data)
         except zlib.error as exc:
-            raise NSQProtocolError(f"invalid deflate stream from the server: {exc}") from None
+            raise NSQProtocolError(f"invalid deflate stream from the peer: {exc}") from None
 
 
 def _snappy_module() -> Any:
@@ -71,4 +71,4 @@ class SnappyCodec:
         try:
             return bytes(self._decompressor.decompress(data))
         except Exception as exc:  # cramjam raises its own error types
-            raise NSQProtocolError(f"invalid snappy stream from the server: {exc}") from None
+            raise NSQProtocolError(f"invalid snappy stream from the peer: {exc}") from None

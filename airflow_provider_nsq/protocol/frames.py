@@ -255,9 +255,13 @@ def encode_response(data: bytes) -> bytes:
     return encode_frame(FrameType.RESPONSE, data)
 
 
-def encode_error(code: str, description: str = "") -> bytes:
-    text = f"{code} {description}" if description else code
-    return encode_frame(FrameType.ERROR, text.encode())
+def encode_error(code: str, description: str | bytes = "") -> bytes:
+    """``<CODE> <description>``; ``description`` may be bytes, as nsqd echoes raw input
+    (e.g. ``E_INVALID invalid command <bytes>``)."""
+    if isinstance(description, str):
+        description = description.encode()
+    text = code.encode() + b" " + description if description else code.encode()
+    return encode_frame(FrameType.ERROR, text)
 
 
 def encode_message(timestamp: int, attempts: int, raw_id: bytes, body: bytes) -> bytes:

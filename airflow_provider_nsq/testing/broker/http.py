@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +36,9 @@ _REASONS = {
     501: "Not Implemented",
     503: "Service Unavailable",
 }
+
+
+_REQUEST_LINE = re.compile(rb"[A-Z]+ \S+ HTTP/\d\.\d\Z")
 
 
 @dataclass
@@ -88,6 +92,11 @@ class HTTPConnection(asyncio.Protocol):
     def _next_request(self) -> bool:
         buf = self.buf
         if self._head is None:
+            # Like Go's net/http, judge the request line as soon as it is complete: an NSQ
+            # client pointed at this port ("  V2IDENTIFY...") gets its 400 at once.
+            first = buf.find(b"\n")
+            if first >= 0 and not _REQUEST_LINE.match(bytes(buf[:first]).rstrip(b"\r")):
+                raise _BadRequest("malformed HTTP request")
             end = buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(buf) > MAX_HEADER_SIZE:
