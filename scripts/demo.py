@@ -171,6 +171,36 @@ def configure_airflow(home: str, host: str, port: int, verbose: bool) -> None:
         os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
 
 
+def show_task_progress() -> None:
+    """Register an Airflow listener that prints one line per task as dag.test() runs it
+    (defined here: importing Airflow must wait until configure_airflow() ran)."""
+    from airflow.listeners import hookimpl
+    from airflow.sdk.listener import get_listener_manager
+
+    class TaskProgress:
+        def __init__(self) -> None:
+            self.started: dict[str, float] = {}
+
+        @hookimpl
+        def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:
+            self.started[task_instance.task_id] = time.monotonic()
+            print(f"    - {task_instance.task_id} ...", flush=True)
+
+        @hookimpl
+        def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
+            began = self.started.get(task_instance.task_id, time.monotonic())
+            took = time.monotonic() - began
+            print(f"    - {task_instance.task_id} done ({took:.1f}s)", flush=True)
+
+        @hookimpl
+        def on_task_instance_failed(
+            self, previous_state: Any, task_instance: Any, error: Any
+        ) -> None:
+            print(f"    - {task_instance.task_id} FAILED: {error}", flush=True)
+
+    get_listener_manager().add_listener(TaskProgress())
+
+
 def load_dags() -> ModuleType:
     spec = importlib.util.spec_from_file_location("nsq_gate_spark_job", DAG_FILE)
     assert spec and spec.loader
@@ -241,6 +271,7 @@ def run(args: argparse.Namespace) -> None:
             ):
                 db.resetdb()
             dags = load_dags()
+            show_task_progress()
 
             step(f"Producer DAG: publishing {args.events} events to {topics['events_topic']}")
             produced = run_dag(
