@@ -27,8 +27,9 @@ created on first use, or ``--python``), so they never touch the project's enviro
 a client that cannot be installed or run is reported as such in its row.
 
 Prints msgs/s (connect: us) per client with the ratio to this project's blocking client,
-and a second table of CPU use during each timed run (client process / broker process,
-% of one core), which tells whether the client or the broker limits a number.
+and a second table of CPU use during each timed run: the client process's CPU time per
+message (per connection for connect), then client and broker CPU as % of one core over
+the run, which tells whether the client or the broker limits a number.
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ WORKLOAD_TITLES = {
     "mpub": "MPUB x200 msgs/s",
     "consume": "consume+FIN msgs/s",
     "connect": "connect+IDENTIFY us p50/p90",
+}
+CPU_TITLES = {
+    "pub": "PUB",
+    "mpub": "MPUB x200",
+    "consume": "consume+FIN",
+    "connect": "connect+IDENTIFY",
 }
 REFERENCE_CLIENT = "blocking"
 HOOK_CONN_ENV = "AIRFLOW_CONN_NSQ_BENCH"
@@ -359,6 +366,8 @@ def counts_from(args: argparse.Namespace) -> tuple[dict[str, int], dict[str, int
 
 
 def machine() -> dict[str, Any]:
+    """What the figures depend on; the load average says whether something else was
+    competing for the cores (the figures are only comparable within one run)."""
     cpu = platform.processor() or "?"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -371,6 +380,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -413,9 +423,10 @@ def cell(r: dict[str, Any] | None) -> str:
 def cpu_cell(r: dict[str, Any] | None) -> str:
     if r is None or r["status"] != "ok":
         return "-"
+    per_msg = f"{r['client_cpu_us']:.1f}us" if r.get("client_cpu_us") is not None else "?"
     client = f"{r['client_cpu'] * 100:.0f}%" if r.get("client_cpu") is not None else "?"
     broker = f"{r['broker_cpu'] * 100:.0f}%" if r.get("broker_cpu") is not None else "?"
-    return f"{client} / {broker}"
+    return f"{per_msg}  {client}/{broker}"
 
 
 def table(
@@ -424,9 +435,10 @@ def table(
     workloads: list[str],
     render: Any,
     title: str,
+    titles: dict[str, str],
 ) -> str:
     by_key = {(r["client"], r["workload"]): r for r in results}
-    rows = [[title, *(WORKLOAD_TITLES[w] for w in workloads)]]
+    rows = [[title, *(titles[w] for w in workloads)]]
     for info in clients:
         rows.append([info.label, *(render(by_key.get((info.name, w))) for w in workloads)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -502,7 +514,13 @@ def main(argv: list[str] | None = None) -> int:
         + f"; {BODY_SIZE}-byte bodies, MPUB batches of {MPUB_BATCH}, RDY 2500"
     )
     info = machine()
-    print(f"machine:  {info['nproc']} cores, {info['cpu']}, Python {info['python']}")
+    load = info["load_average_1m"]
+    print(
+        f"machine:  {info['nproc']} cores, {info['cpu']}, Python {info['python']}"
+        + (f", load average {load:.2f}" if load is not None else "")
+    )
+    if load is not None and info["nproc"] and load > 0.5 * info["nproc"]:
+        print("warning:  other processes are busy; compare figures within this run only")
     print(flush=True)
 
     results: list[dict[str, Any]] = []
@@ -541,9 +559,27 @@ def main(argv: list[str] | None = None) -> int:
 
     add_ratios(results)
     print()
-    print(table(results, clients, workloads, cell, "client (ratio: vs project blocking)"))
+    print(
+        table(
+            results,
+            clients,
+            workloads,
+            cell,
+            "client (ratio: vs project blocking)",
+            WORKLOAD_TITLES,
+        )
+    )
     print()
-    print(table(results, clients, workloads, cpu_cell, "CPU during the timed run: client / broker"))
+    print(
+        table(
+            results,
+            clients,
+            workloads,
+            cpu_cell,
+            "client CPU us/msg  client%/broker% of a core",
+            CPU_TITLES,
+        )
+    )
     if notes := problems(results):
         print("\nnot measured:")
         print("\n".join(notes))

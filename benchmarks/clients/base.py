@@ -112,6 +112,9 @@ class Timer:
         result: dict[str, Any] = {
             "count": count,
             "seconds": wall,
+            # Client CPU per message (per connection for connect): the client's own cost,
+            # steadier than msgs/s on a machine where other processes take turns.
+            "client_cpu_us": cpu / count * 1e6 if count else None,
             "client_cpu": cpu / wall if wall > 0 else None,
             "broker_cpu": broker / wall if broker is not None and wall > 0 else None,
         }
