@@ -12,7 +12,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -163,17 +162,25 @@ def test_cli_serves_and_stops_on_signal(sig):
         text=True,
     )
     try:
-        line = proc.stderr.readline()
-        match = re.search(r"TCP 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+)", line)
-        assert match, line
+        lines = []
+        match = None
+        while match is None and len(lines) < 20:  # skip any warnings logged before it
+            lines.append(proc.stderr.readline())
+            match = re.search(r"TCP 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+)", lines[-1])
+        assert match, lines
         tcp_port, http_port = map(int, match.groups())
         conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=5)
         conn.request("GET", "/ping")
         assert conn.getresponse().read() == b"OK"
         with socket.create_connection(("127.0.0.1", tcp_port)) as s:
             s.sendall(b"  V2" + cmd("IDENTIFY", b'{"feature_negotiation":true}'))
-            time.sleep(0.2)  # set-up: let the answer arrive
-            answer = json.loads(s.recv(4096)[8:])
+            s.settimeout(10)
+            frame = b""
+            while len(frame) < 4 or len(frame) < 4 + int.from_bytes(frame[:4], "big"):
+                chunk = s.recv(4096)
+                assert chunk, "broker closed the connection"
+                frame += chunk
+            answer = json.loads(frame[8:])
         assert answer["max_rdy_count"] == 10 and answer["msg_timeout"] == 90_000
         proc.send_signal(sig)
         assert proc.wait(timeout=10) == 0
