@@ -387,6 +387,20 @@ def machine() -> dict[str, Any]:
     }
 
 
+def commit() -> str | None:
+    """The project's commit the figures belong to (``+dirty`` with local changes)."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty=+dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except OSError:
+        return None
+    return rev.stdout.strip() or None
+
+
 def human(value: float) -> str:
     if value >= 1e6:
         return f"{value / 1e6:.2f}M"
@@ -524,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     if third_party:
         other_python, no_python = bench_python(args, third_party)
 
-    print(f"server:   {server.describe()}")
+    revision = commit()
+    print(f"server:   {server.describe()}" + (f"; commit {revision}" if revision else ""))
     print(
         "messages: "
         + ", ".join(f"{w} {counts[w]:,} (+{warmups[w]:,} warm-up)" for w in workloads)
@@ -622,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "machine": info,
             "server": server.describe(),
+            "commit": revision,
             "body_size": BODY_SIZE,
             "mpub_batch": MPUB_BATCH,
             "counts": counts,
