@@ -164,11 +164,13 @@ def wait_listening(host: str, port: int, proc: subprocess.Popen | None, timeout:
 
 
 class Server:
-    """Where the workers connect: an embedded broker process per client, or a real nsqd."""
+    """Where the workers connect: a real nsqd (``NSQD_ADDRESS``), or a process started
+    fresh for each client: the embedded broker, or the null nsqd (``--server null``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "embedded") -> None:
         address = os.environ.get("NSQD_ADDRESS")
         self.external = bool(address)
+        self.kind = "nsqd" if address else kind
         self.http_address = os.environ.get("NSQD_HTTP_ADDRESS")
         self.host, self.port = "127.0.0.1", 0
         if address:
@@ -179,6 +181,8 @@ class Server:
     def describe(self) -> str:
         if self.external:
             return f"nsqd at {self.host}:{self.port} (NSQD_ADDRESS)"
+        if self.kind == "null":
+            return "null nsqd (benchmarks/clients/null_nsqd.py: the clients' own ceiling)"
         return "embedded broker (python -m airflow_provider_nsq.testing.broker), fresh per client"
 
     @contextlib.contextmanager
@@ -189,8 +193,12 @@ class Server:
             yield None
             return
         self.port, http_port = free_ports(2)
-        cmd = [sys.executable, "-m", "airflow_provider_nsq.testing.broker"]
-        cmd += ["--tcp-port", str(self.port), "--http-port", str(http_port)]
+        if self.kind == "null":
+            cmd = [sys.executable, str(HERE / "clients" / "null_nsqd.py")]
+            cmd += ["--tcp-port", str(self.port)]
+        else:
+            cmd = [sys.executable, "-m", "airflow_provider_nsq.testing.broker"]
+            cmd += ["--tcp-port", str(self.port), "--http-port", str(http_port)]
         with tempfile.TemporaryFile() as log:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT
@@ -501,6 +509,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
     parser.add_argument("--clients", default="all", help="all, a group, or names, comma-separated")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument(
+        "--server",
+        choices=("embedded", "null"),
+        default="embedded",
+        help="embedded broker, or a null nsqd that costs ~nothing (the clients' ceiling); "
+        "NSQD_ADDRESS overrides both",
+    )
     parser.add_argument("--python", help="interpreter for pynsq/gnsq (default: the bench venv)")
     parser.add_argument("--no-install", action="store_true", help="never create the bench venv")
     parser.add_argument(
@@ -527,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad := [w for w in workloads if w not in WORKLOADS]:
         raise SystemExit(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
     counts, warmups = counts_from(args)
-    server = Server()
+    server = Server(args.server)
     profile_dir = None
     if args.profile:
         profile_dir = str(Path(args.profile).resolve())

@@ -62,6 +62,9 @@ def consume(ctx: Context) -> dict[str, Any]:
         clock.add(1)
         if clock.done and not done.ready():
             done.set(clock.result())
+            # Stop reading here: while data keeps arriving gnsq's reader greenlet never
+            # blocks, so the waiting greenlet would not run until the stream pauses.
+            consumer.close()
 
     consumer = gnsq.Consumer(
         topic, channel, nsqd_tcp_addresses=[f"{ctx.host}:{ctx.port}"], max_in_flight=MAX_RDY
@@ -70,6 +73,8 @@ def consume(ctx: Context) -> dict[str, Any]:
     consumer.start(block=False)
     try:
         return done.get(timeout=120)
+    except gevent.Timeout:  # a BaseException: would end the worker, not the workload
+        raise TimeoutError(f"got {clock.got} of {clock.total} messages in 120 s") from None
     finally:
         consumer.close()
 
