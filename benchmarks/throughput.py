@@ -3,6 +3,7 @@
     python benchmarks/throughput.py [--count N] [--json PATH] [--quick]
                                     [--clients all|project|third-party|reference|NAME,...]
                                     [--workloads pub,mpub,consume,connect] [--repeat N]
+                                    [--keep-awake] [--server embedded|null]
                                     [--python PATH] [--profile DIR]
 
 Runs against one nsqd: by default the project's embedded broker, started as its own
@@ -25,6 +26,10 @@ Each client runs in its own process (its own event loop; one core for the broker
 for the client). pynsq and gnsq run from a separate venv (``benchmarks/.venv-bench``,
 created on first use, or ``--python``), so they never touch the project's environment;
 a client that cannot be installed or run is reported as such in its row.
+
+``--keep-awake`` keeps every core busy with a lowest-priority spinner: on a VM an idle
+core halts and waking it can cost more than a PUB round trip, which hides the clients'
+differences in the round-trip workloads (PUB, connect).
 
 ``--repeat N`` runs N rounds of every client in turn and shows each figure's median
 round: on a shared machine one round can be hit by someone else's load.
@@ -135,6 +140,40 @@ def run_worker(name: str, spec_json: str, out_path: str) -> None:
 
 
 # -- the server -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def keep_awake(enabled: bool) -> Iterator[None]:
+    """One lowest-priority busy process per core, so no core ever idles.
+
+    On a VM an idle vCPU halts, and waking it costs more than a whole PUB round trip
+    (measured here: a plain-socket PUB loop ran at 13k/s on an idle 2-core VM and at
+    57k/s with a spinner). The spinners run only when a core would otherwise idle
+    (SCHED_IDLE), so round-trip figures show the clients' own cost instead of the
+    host's wake-up latency.
+    """
+    if not enabled:
+        yield
+        return
+    # SCHED_IDLE (not just nice 19): a waking client or broker preempts it at once.
+    code = (
+        "import os\n"
+        "try:\n"
+        "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+        "except (AttributeError, OSError):\n"
+        "    os.nice(19)\n"
+        "while True: pass"
+    )
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL)
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        yield
+    finally:
+        for proc in spinners:
+            proc.kill()
+            proc.wait()
 
 
 def free_ports(n: int) -> list[int]:
@@ -521,6 +560,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--repeat", type=int, default=1, help="rounds of every client; the median is shown"
     )
+    parser.add_argument(
+        "--keep-awake",
+        action="store_true",
+        help="run an idle-priority spinner per core so idle vCPUs do not halt between round trips",
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds per client")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each timed run into DIR")
     # Internal: one client's workloads, in its own process.
@@ -566,7 +610,9 @@ def main(argv: list[str] | None = None) -> int:
         f"machine:  {info['nproc']} cores, {info['cpu']}, Python {info['python']}"
         + (f", load average {load:.2f}" if load is not None else "")
     )
-    if load is not None and info["nproc"] and load > 0.5 * info["nproc"]:
+    if args.keep_awake:
+        print("          --keep-awake: an idle-priority spinner per core keeps every core busy")
+    elif load is not None and info["nproc"] and load > 0.5 * info["nproc"]:
         print("warning:  other processes are busy; compare figures within this run only")
     print(flush=True)
 
@@ -583,7 +629,9 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     airflow_home = tempfile.mkdtemp(prefix="nsq-bench-airflow-")
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, airflow_home, ignore_errors=True)
+        stack.enter_context(keep_awake(args.keep_awake))
         # Rounds of every client in turn: a burst of load from elsewhere hits all of
         # them alike, and the median round per figure is reported.
         for round_no in range(args.repeat):
@@ -613,8 +661,6 @@ def main(argv: list[str] | None = None) -> int:
                         {"client": client.name, "label": client.label, **row}
                     )
                 server.delete_topics([topic_name(w, client.name, run_id) for w in workloads])
-    finally:
-        shutil.rmtree(airflow_home, ignore_errors=True)
     results = [median_run(runs[(c.name, w)]) for c in clients for w in workloads]
 
     add_ratios(results)
@@ -659,6 +705,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmups": warmups,
             "reference_client": REFERENCE_CLIENT,
             "rounds": args.repeat,
+            "keep_awake": args.keep_awake,
             "clients": [asdict(c) for c in clients],
             "results": results,
             "elapsed_s": elapsed,

@@ -118,7 +118,8 @@ def serve(conn: socket.socket) -> None:
     buf = b""
     try:
         while True:
-            chunk = conn.recv(1 << 20)
+            # 64 KiB: below glibc's mmap threshold, so a read does not mmap/munmap.
+            chunk = conn.recv(65536)
             if not chunk:
                 return
             buf += chunk
