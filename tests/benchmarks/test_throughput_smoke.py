@@ -1,9 +1,9 @@
 """``benchmarks/throughput.py`` runs end to end: a smoke run with tiny counts.
 
-Only this project's clients (no bench venv, no third-party install) against the embedded
-broker the script starts itself. It checks that every workload produced a positive
-figure; it asserts nothing about speed (the benchmark is a script that prints a table,
-not a timed test).
+Only this project's clients and the plain-socket floor (no bench venv, no third-party
+install), against the embedded broker and the null nsqd the script starts itself. It
+checks that every workload produced a positive figure; it asserts nothing about speed
+(the benchmark is a script that prints a table, not a timed test).
 """
 
 from __future__ import annotations
@@ -47,3 +47,31 @@ def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
     # The printed table names every client the JSON has.
     for label in ("blocking", "NSQHook", "AsyncNSQConnection"):
         assert label in done.stdout
+
+
+@pytest.mark.timeout(60)
+def test_null_server_quick_run(tmp_path: Path) -> None:
+    """``--server null`` (the clients' ceiling) serves every workload too."""
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--server",
+            "null",
+            "--clients",
+            "blocking,plain-socket",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads(out.read_text())
+    assert document["server"].startswith("null nsqd")
+    for row in document["results"]:
+        assert row["status"] == "ok", (row["client"], row["workload"], row.get("reason"))
+        assert row["value"] > 0
