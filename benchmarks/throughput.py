@@ -10,7 +10,8 @@ Runs against one nsqd: by default the project's embedded broker, started as its 
 process (``python -m airflow_provider_nsq.testing.broker``) on free ports, fresh for each
 client so every client meets the same empty broker; or a real nsqd when
 ``NSQD_ADDRESS`` (``host:port``) is set (``NSQD_HTTP_ADDRESS`` is then used to delete
-the benchmark's topics afterwards).
+the benchmark's topics afterwards, and ``NSQD_PID``, if nsqd runs on this machine, to read
+its CPU time).
 
 Workloads, with 200-byte messages, the same counts for every client and a warm-up first:
 
@@ -226,10 +227,13 @@ class Server:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[int | None]:
-        """Yield the broker's pid (None for an external nsqd, whose CPU is not read)."""
+        """Yield the broker's pid (for an external nsqd: ``NSQD_PID`` if set, else None,
+        and its CPU is not read)."""
         if self.external:
             wait_listening(self.host, self.port, None, 5)
-            yield None
+            # nsqd's CPU column needs its pid, when it runs on this machine.
+            pid = os.environ.get("NSQD_PID")
+            yield int(pid) if pid else None
             return
         self.port, http_port = free_ports(2)
         if self.kind == "null":
