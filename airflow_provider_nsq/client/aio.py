@@ -39,7 +39,15 @@ from ..protocol.errors import (
 from .config import ClientConfig
 from .message import NSQMessage
 from .tls import build_ssl_context, describe_tls_error
-from .window import AckMode, check_window, idle_limit_s, new_core, with_context
+from .window import (
+    AckMode,
+    check_window,
+    idle_limit_s,
+    new_core,
+    respond_all,
+    settle_window,
+    with_context,
+)
 
 log = logging.getLogger(__name__)
 
@@ -471,21 +479,7 @@ class AsyncNSQConnection:
         self._schedule_flush()
 
     def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
-        core = self._require_core()
-        todo = [m for m in messages if not m._responded]
-        if not todo:
-            return
-        if command == "FIN":
-            core.fin_many([m.raw_id for m in todo])
-        elif command == "REQ":
-            for m in todo:
-                core.req(m.raw_id, delay_ms)
-        else:
-            for m in todo:
-                core.touch(m.raw_id)
-            return
-        for m in todo:
-            m._responded = True
+        respond_all(self._require_core(), messages, command, delay_ms)
 
     async def start_close(self) -> None:
         """CLS and wait for CLOSE_WAIT."""
@@ -514,18 +508,11 @@ class AsyncNSQConnection:
                 break
             got.extend(await self.read_messages(remaining))
         await self.start_close()
-        extra = self._messages
+        stragglers = self._messages
         self._messages = []
-        room = max_messages - len(got)
-        got.extend(extra[:room])
-        if extra[room:]:
-            self.requeue(*extra[room:])
-        if ack == "fin":
-            self.finish(*got)
-        elif ack == "req":
-            self.requeue(*got, delay_ms=requeue_delay_ms)
-        else:
-            self._held = got
+        got = settle_window(self, got, stragglers, max_messages, ack, requeue_delay_ms)
+        if ack == "manual":
+            self._held = got  # the caller answers them; close() REQs what is left
         return got
 
     def nop(self) -> None:

@@ -37,7 +37,15 @@ from ..protocol.errors import (
 from .config import ClientConfig
 from .message import NSQMessage
 from .tls import build_ssl_context, describe_tls_error
-from .window import AckMode, check_window, idle_limit_s, new_core, with_context
+from .window import (
+    AckMode,
+    check_window,
+    idle_limit_s,
+    new_core,
+    respond_all,
+    settle_window,
+    with_context,
+)
 
 log = logging.getLogger(__name__)
 
@@ -297,21 +305,7 @@ class NSQConnection:
         self._flush()
 
     def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
-        core = self._require_core()
-        todo = [m for m in messages if not m._responded]
-        if not todo:
-            return
-        if command == "FIN":
-            core.fin_many([m.raw_id for m in todo])
-        elif command == "REQ":
-            for m in todo:
-                core.req(m.raw_id, delay_ms)
-        else:
-            for m in todo:
-                core.touch(m.raw_id)
-            return
-        for m in todo:
-            m._responded = True
+        respond_all(self._require_core(), messages, command, delay_ms)
 
     def start_close(self) -> None:
         """CLS: nsqd stops delivering (RDY 0) and answers CLOSE_WAIT; messages already
@@ -350,17 +344,10 @@ class NSQConnection:
         self.start_close()
         if self._readable():  # stragglers nsqd sent before it processed CLS
             self._read_once(0)
-        extra = self._messages
+        stragglers = self._messages
         self._messages = []
-        room = max_messages - len(got)
-        got.extend(extra[:room])
-        if extra[room:]:
-            self.requeue(*extra[room:])
-        if ack == "fin":
-            self.finish(*got)
-        elif ack == "req":
-            self.requeue(*got, delay_ms=requeue_delay_ms)
-        else:
+        got = settle_window(self, got, stragglers, max_messages, ack, requeue_delay_ms)
+        if ack == "manual":
             self._held = got  # the caller answers them; close() REQs what is left
         return got
 

@@ -3,12 +3,14 @@ window's checks, and the idle deadline."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, Protocol
 
 from ..protocol.connection import ClientConnection
 from ..protocol.errors import NSQError, NSQServerError, NSQValueError
 from ..protocol.frames import Message
 from .config import ClientConfig
+from .message import NSQMessage
 
 AckMode = Literal["fin", "req", "manual"]
 ACK_MODES: tuple[str, ...] = ("fin", "req", "manual")
@@ -59,3 +61,50 @@ def with_context(exc: NSQError, suffix: str) -> NSQError:
     if isinstance(exc, NSQServerError):
         return type(exc)(exc.code, f"{exc.description} {suffix}".strip())
     return type(exc)(f"{exc} {suffix}")
+
+
+def respond_all(
+    core: ClientConnection, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0
+) -> None:
+    """Queue FIN, REQ or TOUCH for every message not yet FIN'd or REQ'd (one write)."""
+    todo = [m for m in messages if not m._responded]
+    if not todo:
+        return
+    if command == "FIN":
+        core.fin_many([m.raw_id for m in todo])
+    elif command == "REQ":
+        for m in todo:
+            core.req(m.raw_id, delay_ms)
+    else:
+        for m in todo:
+            core.touch(m.raw_id)
+        return
+    for m in todo:
+        m._responded = True
+
+
+class _Acknowledger(Protocol):
+    def finish(self, *messages: NSQMessage) -> None: ...
+
+    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None: ...
+
+
+def settle_window(
+    driver: _Acknowledger,
+    got: list[NSQMessage],
+    stragglers: list[NSQMessage],
+    max_messages: int,
+    ack: AckMode,
+    requeue_delay_ms: int,
+) -> list[NSQMessage]:
+    """End a consume window: keep stragglers that fit (nsqd sent them before it read
+    CLS), REQ any beyond ``max_messages``, then apply ``ack`` to the window's messages."""
+    room = max_messages - len(got)
+    got = got + stragglers[:room]
+    if stragglers[room:]:
+        driver.requeue(*stragglers[room:])
+    if ack == "fin":
+        driver.finish(*got)
+    elif ack == "req":
+        driver.requeue(*got, delay_ms=requeue_delay_ms)
+    return got
