@@ -310,9 +310,12 @@ def bench_python(args: argparse.Namespace, needed: list[ClientInfo]) -> tuple[st
 
 def import_error(python: str, info: ClientInfo) -> str | None:
     for module in info.imports:
-        probe = subprocess.run(
-            [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
-        )
+        try:
+            probe = subprocess.run(
+                [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"cannot run {python}: {exc}"
         if probe.returncode:
             last = (probe.stderr.strip().splitlines() or ["?"])[-1]
             return f"cannot import {module}: {last}"
