@@ -62,9 +62,21 @@ class Context:
 
 
 def _broker_cpu_s(pid: int | None) -> float | None:
-    """CPU seconds (user + system) the broker process has used, from /proc (Linux)."""
+    """CPU seconds the broker process has used (all its threads), from /proc (Linux).
+
+    ``schedstat`` counts nanoseconds; ``stat`` only 10 ms ticks, too coarse for a
+    sub-second run, so it is the fallback.
+    """
     if pid is None:
         return None
+    try:
+        total_ns = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as f:
+                total_ns += int(f.read().split()[0])
+        return total_ns / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
