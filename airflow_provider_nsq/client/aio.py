@@ -15,7 +15,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from ..protocol.commands import split_mpub
 from ..protocol.connection import (
     HANDSHAKE_REPLIES,
     ClientConnection,
@@ -37,7 +36,7 @@ from ..protocol.errors import (
     NSQValueError,
 )
 from .config import ClientConfig
-from .message import NSQMessage
+from .message import NSQMessage, bound_message_class
 from .tls import build_ssl_context, describe_tls_error
 from .window import (
     AckMode,
@@ -52,14 +51,22 @@ from .window import (
 log = logging.getLogger(__name__)
 
 _CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
+_RECV_SIZE = 256 * 1024
 
 
-class _Protocol(asyncio.Protocol):
+class _Protocol(asyncio.BufferedProtocol):
+    """Reads into one buffer per connection (no allocation per read)."""
+
     def __init__(self, owner: AsyncNSQConnection) -> None:
         self._owner = owner
+        self._buffer = bytearray(_RECV_SIZE)
+        self._view = memoryview(self._buffer)
 
-    def data_received(self, data: bytes) -> None:
-        self._owner._on_data(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._owner._on_data(self._view[:nbytes])
 
     def eof_received(self) -> bool:
         self._owner._on_data(b"")
@@ -95,6 +102,8 @@ class AsyncNSQConnection:
         self._subscribed = False
         self._flush_scheduled = False
         self._last_write = 0.0
+        self._idle_limit = idle_limit_s(self.config)
+        self._message_class = bound_message_class(self)
         self._tls_task: asyncio.Future[None] | None = None
         self.warnings: list[NSQServerError] = []
         self.connects = 0
@@ -143,7 +152,11 @@ class AsyncNSQConnection:
         self._teardown()
         cfg = self.config
         try:
-            await asyncio.wait_for(self._open(), cfg.connect_timeout)
+            if hasattr(asyncio, "timeout"):  # 3.11+: no extra task, unlike wait_for
+                async with asyncio.timeout(cfg.connect_timeout):
+                    await self._open()
+            else:  # pragma: no cover - Python 3.10
+                await asyncio.wait_for(self._open(), cfg.connect_timeout)
         except asyncio.TimeoutError:
             self._teardown()
             raise NSQTimeoutError(
@@ -167,7 +180,7 @@ class AsyncNSQConnection:
             ) from None
         self._transport = transport
         self.connects += 1
-        self._core = core = new_core(cfg, NSQMessage)
+        self._core = core = new_core(cfg, self._message_class)
         core.initiate()
         self._flush()
         await self._handshake
@@ -204,24 +217,21 @@ class AsyncNSQConnection:
 
     # -- transport callbacks -------------------------------------------------------
 
-    def _on_data(self, data: bytes) -> None:
+    def _on_data(self, data: bytes | memoryview) -> None:
         core = self._core
         if core is None:
             return
         core.receive_data(data)
         try:
-            events = core.events()
+            messages, events = core.messages_and_events()
         except NSQError as exc:
             self._fail(exc)
             return
-        messages = self._messages
-        got_message = False
+        if messages:
+            self._messages += messages  # type: ignore[arg-type]
+            self._message_event.set()
         for event in events:
-            if event.__class__ is NSQMessage:
-                event._conn = self
-                messages.append(event)
-                got_message = True
-            elif isinstance(event, Reply):
+            if isinstance(event, Reply):
                 if event.command not in HANDSHAKE_REPLIES:
                     self._resolve(event.data)
             elif isinstance(event, Heartbeat):
@@ -240,8 +250,6 @@ class AsyncNSQConnection:
                 )
             elif isinstance(event, StartTLS):
                 self._tls_task = asyncio.ensure_future(self._start_tls())
-        if got_message:
-            self._message_event.set()
         self._flush()  # NOP for heartbeats, AUTH during the handshake
         if (
             self._handshake is not None
@@ -347,21 +355,39 @@ class AsyncNSQConnection:
         self._flush_scheduled = True
         loop.call_soon(self._flush)
 
-    async def _request(self) -> bytes:
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bytes] = loop.create_future()
+    def _new_waiter(self) -> asyncio.Future[bytes]:
+        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        return waiter
+
+    async def _await_reply(self, waiter: asyncio.Future[bytes]) -> bytes:
+        """Wait for ``waiter`` up to ``read_timeout``. A timer, not wait_for(): no task per
+        command. A cancelled caller's reply is still consumed in order (``_resolve``)."""
+        timer = asyncio.get_running_loop().call_later(
+            self.config.read_timeout, self._reply_timed_out, waiter
+        )
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+
+    def _reply_timed_out(self, waiter: asyncio.Future[bytes]) -> None:
+        if waiter.done():
+            return
+        waiter.set_exception(
+            NSQTimeoutError(
+                f"nsqd at {self.config.address} did not answer within {self.config.read_timeout:g}s"
+            )
+        )
+        # A late reply would be matched to the next command: drop the connection.
+        self._teardown()
+
+    async def _request(self) -> bytes:
+        waiter = self._new_waiter()
         self._flush()
         if not self._writable.is_set():
             await self._writable.wait()
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter), self.config.read_timeout)
-        except asyncio.TimeoutError:
-            # A late reply would be matched to the next command: drop the connection.
-            self._teardown()
-            raise NSQTimeoutError(
-                f"nsqd at {self.config.address} did not answer within {self.config.read_timeout:g}s"
-            ) from None
+        return await self._await_reply(waiter)
 
     def _require_core(self) -> ClientConnection:
         core = self._core
@@ -375,15 +401,15 @@ class AsyncNSQConnection:
         return core
 
     async def _publisher(self) -> ClientConnection:
-        # Idleness first: a NOP written while catching up proves nothing (see blocking.py).
-        limit = idle_limit_s(self.config)
-        idle = limit is not None and time.monotonic() - self._last_write >= limit
-        # One loop iteration delivers a close nsqd already sent before we write.
-        await asyncio.sleep(0)
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
         core = self._core
-        if core is not None and core.state not in _CLOSED_STATES and not idle:
+        limit = self._idle_limit
+        if (
+            core is not None
+            and core.state not in _CLOSED_STATES
+            and (limit is None or time.monotonic() - self._last_write < limit)
+        ):
             return core
         await self.connect()
         return self._require_core()
@@ -400,35 +426,26 @@ class AsyncNSQConnection:
 
     async def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
         """MPUB in as few frames as fit nsqd's limits; returns the frame count."""
-        cfg = self.config
-        batches = split_mpub(bodies, cfg.max_msg_size, cfg.max_body_size)
-        if not batches:
-            raise NSQValueError("multi_publish needs at least one message")
         core = await self._publisher()
-        loop = asyncio.get_running_loop()
-        waiters = []
-        for batch in batches:
-            core.mpub(topic, batch)
-            waiter: asyncio.Future[bytes] = loop.create_future()
-            self._waiters.append(waiter)
-            waiters.append(waiter)
+        counts = core.mpub_split(topic, bodies)
+        if not counts:
+            raise NSQValueError("multi_publish needs at least one message")
+        waiters = [self._new_waiter() for _ in counts]
         self._flush()
+        if not self._writable.is_set():
+            await self._writable.wait()
         for done, waiter in enumerate(waiters):
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), cfg.read_timeout)
-            except asyncio.TimeoutError:
-                self._teardown()
-                raise NSQTimeoutError(
-                    f"nsqd at {cfg.address} did not answer MPUB within {cfg.read_timeout:g}s"
-                ) from None
+                await self._await_reply(waiter)
             except NSQError as exc:
                 if not done:
                     raise
-                sent = sum(len(b) for b in batches[:done])
                 raise with_context(
-                    exc, f"(nsqd had accepted {done} MPUB frames with {sent} messages before)"
+                    exc,
+                    f"(nsqd had accepted {done} MPUB frames with {sum(counts[:done])} "
+                    "messages before)",
                 ) from exc
-        return len(batches)
+        return len(counts)
 
     # -- subscribing ---------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from ..protocol.errors import (
     NSQValueError,
 )
 from .config import ClientConfig
-from .message import NSQMessage
+from .message import NSQMessage, bound_message_class
 from .tls import build_ssl_context, describe_tls_error
 from .window import (
     AckMode,
@@ -72,6 +72,11 @@ class NSQConnection:
         self._subscribed = False
         self._held: list[NSQMessage] = []
         self._last_write = 0.0
+        self._timeout: float | None = None  # the socket's current timeout (a syscall to set)
+        self._idle_limit = idle_limit_s(self.config)
+        self._message_class = bound_message_class(self)
+        self._recv_buffer = bytearray(_RECV_SIZE)
+        self._recv_view = memoryview(self._recv_buffer)
         self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
         self.connects = 0  # how many times a TCP connection was opened
 
@@ -136,7 +141,8 @@ class NSQConnection:
             ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
-        self._core = core = new_core(cfg, NSQMessage)
+        self._timeout = cfg.connect_timeout
+        self._core = core = new_core(cfg, self._message_class)
         self.connects += 1
         try:
             core.initiate()
@@ -204,33 +210,29 @@ class NSQConnection:
         Every body is checked before anything is sent. The frames are pipelined; if nsqd
         refuses one, the error says how many frames (and messages) it had accepted.
         """
-        from ..protocol.commands import split_mpub
-
-        cfg = self.config
-        batches = split_mpub(bodies, cfg.max_msg_size, cfg.max_body_size)
-        if not batches:
-            raise NSQValueError("multi_publish needs at least one message")
         core = self._prepare_publish()
-        for batch in batches:
-            core.mpub(topic, batch)
+        counts = core.mpub_split(topic, bodies)
+        if not counts:
+            raise NSQValueError("multi_publish needs at least one message")
         self._flush()
-        for done in range(len(batches)):
+        for done in range(len(counts)):
             try:
                 self._wait_reply("MPUB")
             except NSQError as exc:
                 if not done:
                     raise
-                sent = sum(len(b) for b in batches[:done])
                 raise with_context(
-                    exc, f"(nsqd had accepted {done} MPUB frames with {sent} messages before)"
+                    exc,
+                    f"(nsqd had accepted {done} MPUB frames with {sum(counts[:done])} "
+                    "messages before)",
                 ) from exc
-        return len(batches)
+        return len(counts)
 
     def _prepare_publish(self) -> ClientConnection:
         core = self._core
         if core is None or core.state in _CLOSED_STATES:
             return self._reopen("the connection is closed")
-        limit = idle_limit_s(self.config)
+        limit = self._idle_limit
         if limit is not None and time.monotonic() - self._last_write >= limit:
             # nsqd drops a client it has not heard from for two heartbeat intervals; a
             # write now could land on a closed socket and be lost. Decided before reading,
@@ -409,12 +411,11 @@ class NSQConnection:
             return
         assert self._sock is not None
         try:
-            self._sock.settimeout(self.config.read_timeout)
+            self._set_timeout(self._sock, self.config.read_timeout)
             self._sock.sendall(data)
         except OSError as exc:
             # nsqd may have refused the command and closed while we were still writing
             # (FACTS.md section 3): its error frame is probably waiting to be read.
-            self._sock.settimeout(0.5)
             try:
                 while self._core is not None and self._core.state not in _CLOSED_STATES:
                     if not self._read_once(0.5):
@@ -441,6 +442,11 @@ class NSQConnection:
             return True  # let the read report what is wrong
         return bool(readable)
 
+    def _set_timeout(self, sock: socket.socket, timeout: float) -> None:
+        if timeout != self._timeout:  # each settimeout is a syscall
+            sock.settimeout(timeout)
+            self._timeout = timeout
+
     def _read_once(self, timeout: float) -> bool:
         """Read once (waiting up to ``timeout``) and handle the events; False on timeout."""
         sock = self._sock
@@ -448,34 +454,33 @@ class NSQConnection:
         if sock is None or core is None:
             return False
         try:
-            sock.settimeout(max(timeout, 0.0))
-            data = sock.recv(_RECV_SIZE)
+            self._set_timeout(sock, max(timeout, 0.0))
+            # One buffer per connection: recv() would allocate (and free) 256 KiB per read.
+            n = sock.recv_into(self._recv_buffer)
         except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
             return False
         except ssl.SSLError as exc:
             self._failure = describe_tls_error(self.config, exc)
-            data = b""
+            n = 0
         except OSError:
-            data = b""  # reset: same as EOF after whatever was already read
-        core.receive_data(data)
+            n = 0  # reset: same as EOF after whatever was already read
+        core.receive_data(self._recv_view[:n] if n else b"")
         try:
-            events = core.events()
+            messages, events = core.messages_and_events()
         except NSQError as exc:
             self._failure = exc
             raise
+        if messages:
+            self._messages += messages  # type: ignore[arg-type]
         if events:
             self._handle(events)
         return True
 
     def _handle(self, events: list) -> None:
-        messages = self._messages
         nop = False
         for event in events:
             cls = event.__class__
-            if cls is NSQMessage:
-                event._conn = self
-                messages.append(event)
-            elif cls is Reply:
+            if cls is Reply:
                 if event.command not in HANDSHAKE_REPLIES:
                     self._replies.append(event)
             elif cls is Heartbeat:
@@ -497,7 +502,7 @@ class NSQConnection:
         cfg = self.config
         context = build_ssl_context(cfg)
         try:
-            self._sock.settimeout(cfg.connect_timeout)
+            self._set_timeout(self._sock, cfg.connect_timeout)
             self._sock = context.wrap_socket(
                 self._sock, server_hostname=cfg.tls_server_name or cfg.host
             )

@@ -20,14 +20,18 @@ class NSQMessage(Message):
     response is sent.
     """
 
-    __slots__ = ("_conn", "_responded")
+    __slots__ = ("_responded",)
+
+    # The connection that delivered the message. Each connection decodes into its own
+    # subclass (bound_message_class) carrying itself here, so decoding a message costs
+    # no per-message assignment.
+    _conn: Any = None
 
     def __init__(self, timestamp: int, attempts: int, raw_id: bytes, body: bytes) -> None:
         self.timestamp = timestamp
         self.attempts = attempts
         self.raw_id = raw_id
         self.body = body
-        self._conn: Any = None
         self._responded = False
 
     @property
@@ -49,3 +53,8 @@ class NSQMessage(Message):
         """TOUCH: restart this message's in-flight timeout."""
         if not self._responded:
             self._conn._respond(self, "TOUCH")
+
+
+def bound_message_class(connection: _Responder) -> type[NSQMessage]:
+    """An NSQMessage subclass whose messages answer on ``connection``."""
+    return type("NSQMessage", (NSQMessage,), {"__slots__": (), "_conn": connection})

@@ -322,7 +322,8 @@ class NSQHook(BaseHook):
         validate_topic_name(topic)
         body = encode_body(message)
         self.get_conn().publish(topic, body)
-        self.log.info("Published 1 message (%s bytes) to topic %s", len(body), topic)
+        # debug, not info: a task may publish thousands of single messages in a loop
+        self.log.debug("Published 1 message (%s bytes) to topic %s", len(body), topic)
         return {"topic": topic, "messages": 1, "bytes": len(body)}
 
     def defer_publish(self, topic: str, message: Any, delay: Delay) -> dict[str, Any]:
@@ -366,7 +367,7 @@ class NSQHook(BaseHook):
         bodies = [encode_body(m) for m in messages]
         if not bodies:
             raise NSQValueError("multi_publish needs at least one message")
-        total = sum(len(b) for b in bodies)
+        total = sum(map(len, bodies))
         frames = self.get_conn().multi_publish(topic, bodies)
         self.log.info(
             "Published %s messages (%s bytes, %s MPUB frame(s)) to topic %s",

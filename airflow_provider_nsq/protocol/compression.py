@@ -22,7 +22,7 @@ class StreamCodec(Protocol):
 
     def compress(self, data: bytes) -> bytes: ...
 
-    def decompress(self, data: bytes) -> bytes: ...
+    def decompress(self, data: bytes | memoryview) -> bytes: ...
 
 
 class DeflateCodec:
@@ -38,7 +38,7 @@ class DeflateCodec:
         c = self._compressor
         return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
-    def decompress(self, data: bytes) -> bytes:
+    def decompress(self, data: bytes | memoryview) -> bytes:
         try:
             return self._decompressor.decompress(data)
         except zlib.error as exc:
@@ -67,8 +67,9 @@ class SnappyCodec:
         # The first call also emits the stream identifier chunk nsqd's reader expects.
         return bytes(self._compressor.add_chunk(data))
 
-    def decompress(self, data: bytes) -> bytes:
+    def decompress(self, data: bytes | memoryview) -> bytes:
         try:
-            return bytes(self._decompressor.decompress(data))
+            # python-snappy wants bytes (it calls .startswith on the input)
+            return bytes(self._decompressor.decompress(bytes(data)))
         except Exception as exc:  # cramjam raises its own error types
             raise NSQProtocolError(f"invalid snappy stream from the peer: {exc}") from None

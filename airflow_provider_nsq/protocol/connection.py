@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import json
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,10 +336,20 @@ class ClientConnection:
         self._queue(data, "DPUB")
 
     def mpub(self, topic: str, bodies: Sequence[bytes]) -> None:
-        """One MPUB frame; split larger batches with :func:`commands.split_mpub`."""
+        """One MPUB frame; :meth:`mpub_split` splits batches larger than the limits."""
         self._check("MPUB")
         data = commands.encode_mpub(topic, bodies, self.max_msg_size, self.max_body_size)
         self._queue(data, "MPUB")
+
+    def mpub_split(self, topic: str, bodies: Iterable[bytes]) -> list[int]:
+        """Queue ``bodies`` as as few MPUB frames as fit nsqd's limits (each gets its own
+        reply); returns the message count of each frame. Nothing is queued if any body
+        is refused."""
+        self._check("MPUB")
+        frames = commands.encode_mpub_batches(topic, bodies, self.max_msg_size, self.max_body_size)
+        for _, frame in frames:
+            self._queue(frame, "MPUB")
+        return [count for count, _ in frames]
 
     def sub(self, topic: str, channel: str) -> None:
         self._check("SUB")
@@ -359,7 +369,7 @@ class ClientConnection:
     def fin_many(self, raw_ids: Sequence[bytes]) -> None:
         """FIN several messages in one write (what keeps nsqd fast: FACTS.md sec. 6)."""
         self._check("FIN")
-        self._queue(b"".join(map(commands.encode_fin, raw_ids)))
+        self._queue(commands.encode_fin_many(raw_ids))
 
     def req(self, raw_id: bytes, delay_ms: int = 0) -> None:
         self._check("REQ")
@@ -395,7 +405,7 @@ class ClientConnection:
 
     # -- input ---------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         """Bytes read from the transport; ``b""`` means the server closed it."""
         if not data:
             self._eof = True
@@ -417,14 +427,45 @@ class ClientConnection:
         except (NSQProtocolError, NSQTLSError, NSQAuthError) as exc:
             self._fail(exc)
             raise
-        if self._eof and self.state is not _CLOSED:
-            lost = tuple(self._pending)
-            if self.state is not _FAILED:
-                self.state = _CLOSED
-                self.error = self.error or NSQConnectionClosedError("nsqd closed the connection")
-            self._pending.clear()
-            out.append(ConnectionClosed(lost))
+        if self._eof:
+            out.extend(self._closed_event())
         return out
+
+    def messages_and_events(self) -> tuple[list[Message], list[Event]]:
+        """:meth:`events`, with the messages in a list of their own (the consumer's fast
+        path: no per-message dispatch). Order is kept within each list."""
+        if (
+            self.state is not _READY
+            and self.state is not _SUBSCRIBED
+            and self.state is not _CLOSING
+        ):
+            events = self.events()
+            msg_class = self._message_class
+            return (
+                [e for e in events if isinstance(e, msg_class)],
+                [e for e in events if not isinstance(e, msg_class)],
+            )
+        out: list[Event] = []
+        try:
+            messages, others = self._decoder.split_frames()
+            if others:
+                self._steady_events(others, out)
+        except NSQProtocolError as exc:
+            self._fail(exc)
+            raise
+        if self._eof:
+            out.extend(self._closed_event())
+        return messages, out
+
+    def _closed_event(self) -> list[Event]:
+        if self.state is _CLOSED:
+            return []
+        lost = tuple(self._pending)
+        if self.state is not _FAILED:
+            self.state = _CLOSED
+            self.error = self.error or NSQConnectionClosedError("nsqd closed the connection")
+        self._pending.clear()
+        return [ConnectionClosed(lost)]
 
     def _fail(self, exc: BaseException) -> None:
         self.state = _FAILED

@@ -149,7 +149,7 @@ class FrameDecoder:
         self._message_class = message_class
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         self._buf += data
 
     @property
@@ -178,12 +178,25 @@ class FrameDecoder:
         return _make_frame(ftype, payload, self._message_class)
 
     def frames(self) -> list[Frame]:
+        """Every complete frame, in order."""
+        out: list[Frame] = []
+        self._decode(out, out)
+        return out
+
+    def split_frames(self) -> tuple[list[Message], list[Frame]]:
+        """Every complete frame, messages apart from the rest (order kept within each)."""
+        messages: list[Message] = []
+        others: list[Frame] = []
+        self._decode(messages, others)  # type: ignore[arg-type]
+        return messages, others
+
+    def _decode(self, messages: list[Frame], others: list[Frame]) -> None:
         buf = self._buf
         end = len(buf)
         if end < FRAME_HEADER_SIZE:
-            return []
-        out: list[Frame] = []
-        append = out.append
+            return
+        add_message = messages.append
+        add_other = others.append
         pos = 0
         limit = self.max_frame_size
         msg_class = self._message_class
@@ -204,21 +217,21 @@ class FrameDecoder:
                 if stop > end:
                     break
                 if ftype == 2 and size >= 4 + MESSAGE_HEADER_SIZE:
-                    append(
+                    add_message(
                         msg_class(
                             timestamp, attempts, raw_id, bytes(view[pos + _MESSAGE_PREFIX : stop])
                         )
                     )
                 else:
-                    append(
-                        _make_frame(ftype, bytes(view[pos + FRAME_HEADER_SIZE : stop]), msg_class)
+                    frame = _make_frame(
+                        ftype, bytes(view[pos + FRAME_HEADER_SIZE : stop]), msg_class
                     )
+                    (add_message if frame.__class__ is msg_class else add_other)(frame)
                 pos = stop
         finally:
             view.release()
             if pos:
                 del buf[:pos]
-        return out
 
 
 def _make_frame(ftype: int, payload: bytes, message_class: type[Message]) -> Frame:
