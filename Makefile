@@ -34,6 +34,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/codec.py
 	$(PY) benchmarks/throughput.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_writer.py --rows 100000
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
