@@ -120,7 +120,7 @@ def test_touch_postpones_the_redelivery_timeout(kind, nsqd, nsq_topic) -> None:
         sub.touch(msg)
         # Without the TOUCH it would come back ~1.0 s after delivery; now ~1.6 s.
         assert sub.read_messages(1.2 - (time.monotonic() - delivered)) == []
-        again = _read_one(sub, timeout=5)
+        again = _read_one(sub, timeout=10)  # real nsqd: a new channel waits for its scanner
         assert again.id == msg.id and again.attempts == 2
         assert time.monotonic() - delivered >= 1.5
         again.finish()
