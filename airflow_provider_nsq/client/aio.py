@@ -13,7 +13,7 @@ import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ..protocol.connection import (
     HANDSHAKE_REPLIES,
@@ -31,26 +31,23 @@ from ..protocol.errors import (
     NSQConnectionError,
     NSQError,
     NSQServerError,
-    NSQStateError,
     NSQTimeoutError,
     NSQValueError,
 )
 from .config import ClientConfig
-from .message import NSQMessage, bound_message_class
+from .driver import CLOSED_STATES as _CLOSED_STATES
+from .driver import DriverBase
+from .message import NSQMessage
 from .tls import build_ssl_context, describe_tls_error
 from .window import (
     AckMode,
     check_window,
-    idle_limit_s,
     new_core,
-    respond_all,
-    settle_window,
     with_context,
 )
 
 log = logging.getLogger(__name__)
 
-_CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
 _RECV_SIZE = 256 * 1024
 
 
@@ -82,31 +79,21 @@ class _Protocol(asyncio.BufferedProtocol):
         self._owner._writable.set()
 
 
-class AsyncNSQConnection:
+class AsyncNSQConnection(DriverBase):
     """An asyncio connection to one nsqd. Same semantics as the blocking
     :class:`~airflow_provider_nsq.client.blocking.NSQConnection`: publishes return after
     nsqd's OK; heartbeats are answered as they arrive."""
 
     def __init__(self, config: ClientConfig | None = None) -> None:
-        self.config = config or ClientConfig()
+        super().__init__(config)
         self._transport: asyncio.Transport | None = None
-        self._core: ClientConnection | None = None
         self._waiters: deque[asyncio.Future[bytes]] = deque()
         self._handshake: asyncio.Future[None] | None = None
-        self._messages: list[NSQMessage] = []
-        self._held: list[NSQMessage] = []
         self._message_event = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
-        self._failure: NSQError | None = None
-        self._subscribed = False
         self._flush_scheduled = False
-        self._last_write = 0.0
-        self._idle_limit = idle_limit_s(self.config)
-        self._message_class = bound_message_class(self)
         self._tls_task: asyncio.Future[None] | None = None
-        self.warnings: list[NSQServerError] = []
-        self.connects = 0
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -117,35 +104,6 @@ class AsyncNSQConnection:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        state = self._core.state.value if self._core else "not connected"
-        return f"<AsyncNSQConnection {self.config.address} {state}>"
-
-    @property
-    def connected(self) -> bool:
-        return self._core is not None and self._core.state not in _CLOSED_STATES
-
-    @property
-    def server_info(self) -> dict:
-        core = self._require_core()
-        return dict(core.server_info)
-
-    @property
-    def auth_info(self) -> dict | None:
-        return self._core.auth_info if self._core else None
-
-    @property
-    def tls(self) -> bool:
-        return bool(self._core and self._core.tls)
-
-    @property
-    def compression(self) -> str | None:
-        return self._core.compression if self._core else None
-
-    @property
-    def max_rdy_count(self) -> int:
-        return self._require_core().max_rdy_count
 
     async def connect(self) -> AsyncNSQConnection:
         """Open the connection and run the handshake within ``connect_timeout``."""
@@ -187,32 +145,18 @@ class AsyncNSQConnection:
 
     async def close(self) -> None:
         """REQ messages still held unanswered, then close the transport."""
-        core = self._core
-        if core is not None and core.state in (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING):
-            held = [m for m in (*self._held, *self._messages) if not m._responded]
-            try:
-                if held:
-                    self._respond_all(held, "REQ")
-                self._flush()
-            except NSQError:
-                pass
+        self._requeue_unanswered()
         transport = self._transport
         self._teardown()
         if transport is not None:
             await asyncio.sleep(0)  # let the transport write what is buffered
 
     def _teardown(self) -> None:
-        if self._core is not None:
-            self._core.close()
+        self._reset_state()
         if self._transport is not None:
             self._transport.close()
         self._transport = None
-        self._core = None
         self._fail_waiters(NSQConnectionClosedError("the connection was closed by the client"))
-        self._messages = []
-        self._held = []
-        self._failure = None
-        self._subscribed = False
         self._flush_scheduled = False
 
     # -- transport callbacks -------------------------------------------------------
@@ -389,17 +333,6 @@ class AsyncNSQConnection:
             await self._writable.wait()
         return await self._await_reply(waiter)
 
-    def _require_core(self) -> ClientConnection:
-        core = self._core
-        if core is None:
-            raise NSQStateError(f"not connected to nsqd at {self.config.address}: call connect()")
-        if core.state in _CLOSED_STATES:
-            raise NSQConnectionClosedError(
-                f"the connection to nsqd at {self.config.address} is closed"
-                + (f" ({self._failure})" if self._failure else "")
-            )
-        return core
-
     async def _publisher(self) -> ClientConnection:
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
@@ -454,10 +387,6 @@ class AsyncNSQConnection:
         self._subscribed = True
         await self._request()
 
-    def ready(self, count: int) -> None:
-        self._require_core().rdy(count)
-        self._flush()
-
     async def read_messages(self, timeout: float | None = None) -> list[NSQMessage]:
         """Wait up to ``timeout`` seconds for messages; return all that arrived."""
         if not self._messages:
@@ -479,24 +408,9 @@ class AsyncNSQConnection:
         self._messages = []
         return messages
 
-    def finish(self, *messages: NSQMessage) -> None:
-        self._respond_all(messages, "FIN")
-        self._flush()
-
-    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None:
-        self._respond_all(messages, "REQ", delay_ms)
-        self._flush()
-
-    def touch(self, *messages: NSQMessage) -> None:
-        self._respond_all(messages, "TOUCH")
-        self._flush()
-
     def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
         self._respond_all((message,), command, delay_ms)
         self._schedule_flush()
-
-    def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
-        respond_all(self._require_core(), messages, command, delay_ms)
 
     async def start_close(self) -> None:
         """CLS and wait for CLOSE_WAIT."""
@@ -525,13 +439,4 @@ class AsyncNSQConnection:
                 break
             got.extend(await self.read_messages(remaining))
         await self.start_close()
-        stragglers = self._messages
-        self._messages = []
-        got = settle_window(self, got, stragglers, max_messages, ack, requeue_delay_ms)
-        if ack == "manual":
-            self._held = got  # the caller answers them; close() REQs what is left
-        return got
-
-    def nop(self) -> None:
-        self._require_core().nop()
-        self._flush()
+        return self._end_window(got, max_messages, ack, requeue_delay_ms)

@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ..protocol.connection import (
     HANDSHAKE_REPLIES,
@@ -29,31 +29,27 @@ from ..protocol.errors import (
     NSQConnectionClosedError,
     NSQConnectionError,
     NSQError,
-    NSQServerError,
-    NSQStateError,
     NSQTimeoutError,
     NSQValueError,
 )
 from .config import ClientConfig
-from .message import NSQMessage, bound_message_class
+from .driver import CLOSED_STATES as _CLOSED_STATES
+from .driver import DriverBase
+from .message import NSQMessage
 from .tls import build_ssl_context, describe_tls_error
 from .window import (
     AckMode,
     check_window,
-    idle_limit_s,
     new_core,
-    respond_all,
-    settle_window,
     with_context,
 )
 
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
-_CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
 
 
-class NSQConnection:
+class NSQConnection(DriverBase):
     """A blocking connection to one nsqd.
 
     Publishing methods return only after nsqd's ``OK`` and raise :class:`NSQServerError`
@@ -63,22 +59,12 @@ class NSQConnection:
     """
 
     def __init__(self, config: ClientConfig | None = None) -> None:
-        self.config = config or ClientConfig()
+        super().__init__(config)
         self._sock: socket.socket | None = None
-        self._core: ClientConnection | None = None
         self._replies: deque[Reply] = deque()
-        self._messages: list[NSQMessage] = []
-        self._failure: NSQError | None = None
-        self._subscribed = False
-        self._held: list[NSQMessage] = []
-        self._last_write = 0.0
         self._timeout: float | None = None  # the socket's current timeout (a syscall to set)
-        self._idle_limit = idle_limit_s(self.config)
-        self._message_class = bound_message_class(self)
         self._recv_buffer = bytearray(_RECV_SIZE)
         self._recv_view = memoryview(self._recv_buffer)
-        self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
-        self.connects = 0  # how many times a TCP connection was opened
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -89,39 +75,6 @@ class NSQConnection:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        state = self._core.state.value if self._core else "not connected"
-        return f"<NSQConnection {self.config.address} {state}>"
-
-    @property
-    def connected(self) -> bool:
-        return self._core is not None and self._core.state not in _CLOSED_STATES
-
-    @property
-    def server_info(self) -> dict:
-        """The IDENTIFY response (``{"response": "OK"}`` without feature negotiation)."""
-        self._require_core()
-        assert self._core is not None
-        return dict(self._core.server_info)
-
-    @property
-    def auth_info(self) -> dict | None:
-        return self._core.auth_info if self._core else None
-
-    @property
-    def tls(self) -> bool:
-        return bool(self._core and self._core.tls)
-
-    @property
-    def compression(self) -> str | None:
-        return self._core.compression if self._core else None
-
-    @property
-    def max_rdy_count(self) -> int:
-        self._require_core()
-        assert self._core is not None
-        return self._core.max_rdy_count
 
     def connect(self) -> NSQConnection:
         """Open the TCP connection and run the handshake (IDENTIFY, TLS, compression,
@@ -163,32 +116,18 @@ class NSQConnection:
     def close(self) -> None:
         """Close the connection. Messages still held unanswered are REQ'd first (when
         the connection is alive) so nsqd redelivers them at once, not after msg_timeout."""
-        core = self._core
-        if core is not None and core.state in (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING):
-            held = [m for m in (*self._held, *self._messages) if not m._responded]
-            try:
-                if held:
-                    self._respond_all(held, "REQ")
-                self._flush()
-            except NSQError:
-                pass
+        self._requeue_unanswered()
         self._teardown()
 
     def _teardown(self) -> None:
-        if self._core is not None:
-            self._core.close()
+        self._reset_state()
         if self._sock is not None:
             try:
                 self._sock.close()
             except OSError:
                 pass
         self._sock = None
-        self._core = None
         self._replies.clear()
-        self._messages = []
-        self._held = []
-        self._failure = None
-        self._subscribed = False
 
     # -- publishing ----------------------------------------------------------------
 
@@ -267,11 +206,6 @@ class NSQConnection:
         self._subscribed = True
         self._request("SUB")
 
-    def ready(self, count: int) -> None:
-        """RDY: how many messages may be in flight to this connection at once."""
-        self._require_core().rdy(count)
-        self._flush()
-
     def read_messages(self, timeout: float | None = None) -> list[NSQMessage]:
         """Wait up to ``timeout`` seconds (None: ``read_timeout``) for messages; return
         all that arrived (possibly none). Answers heartbeats while waiting."""
@@ -287,27 +221,9 @@ class NSQConnection:
         self._messages = []
         return messages
 
-    def finish(self, *messages: NSQMessage) -> None:
-        """FIN messages (one write for all of them)."""
-        self._respond_all(messages, "FIN")
-        self._flush()
-
-    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None:
-        """REQ messages: redelivered after ``delay_ms`` with attempts + 1."""
-        self._respond_all(messages, "REQ", delay_ms)
-        self._flush()
-
-    def touch(self, *messages: NSQMessage) -> None:
-        """TOUCH messages: restart their in-flight timeout."""
-        self._respond_all(messages, "TOUCH")
-        self._flush()
-
     def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
         self._respond_all((message,), command, delay_ms)
         self._flush()
-
-    def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
-        respond_all(self._require_core(), messages, command, delay_ms)
 
     def start_close(self) -> None:
         """CLS: nsqd stops delivering (RDY 0) and answers CLOSE_WAIT; messages already
@@ -346,29 +262,9 @@ class NSQConnection:
         self.start_close()
         if self._readable():  # stragglers nsqd sent before it processed CLS
             self._read_once(0)
-        stragglers = self._messages
-        self._messages = []
-        got = settle_window(self, got, stragglers, max_messages, ack, requeue_delay_ms)
-        if ack == "manual":
-            self._held = got  # the caller answers them; close() REQs what is left
-        return got
-
-    def nop(self) -> None:
-        self._require_core().nop()
-        self._flush()
+        return self._end_window(got, max_messages, ack, requeue_delay_ms)
 
     # -- I/O -----------------------------------------------------------------------
-
-    def _require_core(self) -> ClientConnection:
-        core = self._core
-        if core is None:
-            raise NSQStateError(f"not connected to nsqd at {self.config.address}: call connect()")
-        if core.state in _CLOSED_STATES:
-            raise NSQConnectionClosedError(
-                f"the connection to nsqd at {self.config.address} is closed"
-                + (f" ({self._failure})" if self._failure else "")
-            )
-        return core
 
     def _request(self, command: str) -> bytes:
         self._flush()
