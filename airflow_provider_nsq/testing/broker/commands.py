@@ -135,14 +135,21 @@ def cmd_identify(conn: ClientConnection, params: list[bytes]) -> Result:
     return _identify(conn)
 
 
+def _read_sized_body(conn: ClientConnection, command: str) -> Generator[int, None, bytes]:
+    """IDENTIFY's and AUTH's ``[u32be len][bytes]``, bounded by max-body-size, with
+    nsqd's texts for each way it can fail (FACTS.md section 3)."""
+    limit = conn.broker.options.max_body_size
+    size = yield from read_len(conn, "E_BAD_BODY", f"{command} failed to read body size")
+    if size > limit:
+        raise ClientError("E_BAD_BODY", f"{command} body too big {size} > {limit}")
+    if size <= 0:
+        raise ClientError("E_BAD_BODY", f"{command} invalid body size {size}")
+    return (yield from read_exact(conn, size, "E_BAD_BODY", f"{command} failed to read body"))
+
+
 def _identify(conn: ClientConnection) -> Body:
     opts = conn.broker.options
-    size = yield from read_len(conn, "E_BAD_BODY", "IDENTIFY failed to read body size")
-    if size > opts.max_body_size:
-        raise ClientError("E_BAD_BODY", f"IDENTIFY body too big {size} > {opts.max_body_size}")
-    if size <= 0:
-        raise ClientError("E_BAD_BODY", f"IDENTIFY invalid body size {size}")
-    body = yield from read_exact(conn, size, "E_BAD_BODY", "IDENTIFY failed to read body")
+    body = yield from _read_sized_body(conn, "IDENTIFY")
     data = decode_identify(body)
     error = conn.apply_identify(data)
     if error:
@@ -202,12 +209,7 @@ def cmd_auth(conn: ClientConnection, params: list[bytes]) -> Result:
 
 def _auth(conn: ClientConnection) -> Body:
     opts = conn.broker.options
-    size = yield from read_len(conn, "E_BAD_BODY", "AUTH failed to read body size")
-    if size > opts.max_body_size:
-        raise ClientError("E_BAD_BODY", f"AUTH body too big {size} > {opts.max_body_size}")
-    if size <= 0:
-        raise ClientError("E_BAD_BODY", f"AUTH invalid body size {size}")
-    secret = yield from read_exact(conn, size, "E_BAD_BODY", "AUTH failed to read body")
+    secret = yield from _read_sized_body(conn, "AUTH")
     if conn.auth_state is not None and conn.auth_state.authorizations:
         raise ClientError("E_INVALID", "AUTH already set")
     if not opts.auth_enabled:
