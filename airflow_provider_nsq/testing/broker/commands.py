@@ -402,14 +402,19 @@ def _message_id(conn: ClientConnection, cmd: str, params: list[bytes], n: int) -
     return msg_id
 
 
+def _answer_failed(cmd: str, msg_id: bytes, exc: LookupError) -> ClientError:
+    """The non-fatal E_FIN/REQ/TOUCH_FAILED, e.g. ``FIN <id> failed ID not in flight``."""
+    return ClientError(
+        f"E_{cmd}_FAILED", cmd.encode() + b" " + msg_id + b" failed " + str(exc.args[0]).encode()
+    )
+
+
 def cmd_fin(conn: ClientConnection, params: list[bytes]) -> Result:
     msg_id = _message_id(conn, "FIN", params, 2)
     try:
         conn.channel.finish(conn, msg_id)  # type: ignore[union-attr]
     except LookupError as exc:
-        raise ClientError(
-            "E_FIN_FAILED", b"FIN " + msg_id + b" failed " + str(exc.args[0]).encode()
-        ) from None
+        raise _answer_failed("FIN", msg_id, exc) from None
     conn.finished()
     return None
 
@@ -428,9 +433,7 @@ def cmd_req(conn: ClientConnection, params: list[bytes]) -> Result:
     try:
         conn.channel.requeue(conn, msg_id, timeout)  # type: ignore[union-attr]
     except LookupError as exc:
-        raise ClientError(
-            "E_REQ_FAILED", b"REQ " + msg_id + b" failed " + str(exc.args[0]).encode()
-        ) from None
+        raise _answer_failed("REQ", msg_id, exc) from None
     conn.requeued()
     return None
 
@@ -440,9 +443,7 @@ def cmd_touch(conn: ClientConnection, params: list[bytes]) -> Result:
     try:
         conn.channel.touch(conn, msg_id, conn.msg_timeout)  # type: ignore[union-attr]
     except LookupError as exc:
-        raise ClientError(
-            "E_TOUCH_FAILED", b"TOUCH " + msg_id + b" failed " + str(exc.args[0]).encode()
-        ) from None
+        raise _answer_failed("TOUCH", msg_id, exc) from None
     return None
 
 
