@@ -1,0 +1,64 @@
+"""``host:port`` text: parsing and formatting, the one place that knows the rules.
+
+``[::1]:4150`` for IPv6 (brackets required when a port follows); a bare host takes the
+caller's default port. Used for nsqd TCP addresses, nsqd HTTP addresses and nsqlookupd
+HTTP addresses alike.
+"""
+
+from __future__ import annotations
+
+from ..protocol.errors import NSQValueError
+
+#: nsqd's default TCP port (--tcp-address 0.0.0.0:4150).
+DEFAULT_NSQD_TCP_PORT = 4150
+#: nsqd's default HTTP port (--http-address 0.0.0.0:4151).
+DEFAULT_NSQD_HTTP_PORT = 4151
+#: nsqlookupd's default HTTP port (--http-address 0.0.0.0:4161).
+DEFAULT_LOOKUPD_HTTP_PORT = 4161
+
+
+def parse_address(raw: object, default_port: int | None, what: str = "address") -> tuple[str, int]:
+    """``(host, port)`` from ``host:port``, ``[v6]:port``, ``host`` or ``v6``.
+
+    ``default_port`` is used when no port is given (``None``: a port is required).
+    Errors are :class:`NSQValueError` naming ``what`` and the text.
+    """
+    if not isinstance(raw, str):
+        raise NSQValueError(f"{what} must be a host:port string, got {type(raw).__name__}")
+    text = raw.strip()
+    example = f"e.g. 127.0.0.1:{default_port or DEFAULT_NSQD_TCP_PORT}"
+    if not text:
+        raise NSQValueError(f"{what} is empty: expected host:port, {example}")
+    host, port_text = text, ""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or (end + 1 < len(text) and text[end + 1] != ":"):
+            raise NSQValueError(f"{what} {raw!r}: expected [ipv6]:port")
+        host, port_text = text[1:end], text[end + 2 :]
+        if end + 1 < len(text) and not port_text:
+            raise NSQValueError(f"{what} {raw!r}: the port after ':' is missing")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+        if not port_text:
+            raise NSQValueError(f"{what} {raw!r}: the port after ':' is missing")
+    elif ":" in text:
+        if default_port is None:
+            raise NSQValueError(f"{what} {raw!r}: write an IPv6 address in brackets, [::1]:PORT")
+        host = text  # a bare IPv6 address
+    if not host or "/" in host or any(c.isspace() for c in host):
+        raise NSQValueError(f"{what} {raw!r} is not host:port, {example}")
+    if not port_text:
+        if default_port is None:
+            raise NSQValueError(f"{what} {raw!r} has no port: expected host:port, {example}")
+        return host, default_port
+    if not port_text.isdigit():
+        raise NSQValueError(f"{what} {raw!r}: the port must be a number")
+    port = int(port_text)
+    if not 0 < port < 65536:
+        raise NSQValueError(f"{what} {raw!r}: the port must be 1-65535")
+    return host, port
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, with brackets around an IPv6 host."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

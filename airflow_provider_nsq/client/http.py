@@ -1,0 +1,258 @@
+"""One HTTP/1.1 request, blocking or asyncio, over the sans-I/O h11 core.
+
+nsqd's HTTP API (stats) and nsqlookupd's (lookup) are small JSON endpoints; this is all
+the HTTP the client needs, with the properties the rest of the client has: every wait is
+bounded by one deadline, TLS verifies by default, errors are the NSQError family and name
+the address. The request logic is written once (:class:`_Exchange`); the two drivers only
+move bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+
+from .. import __version__
+from ..protocol.errors import (
+    NSQConnectionError,
+    NSQError,
+    NSQProtocolError,
+    NSQTimeoutError,
+    NSQTLSError,
+)
+from .address import format_address
+
+#: What nsqd and nsqlookupd answer with their versioned JSON shape (no ``data`` wrapper).
+NSQ_V1_ACCEPT = "application/vnd.nsq; version=1.0"
+#: Largest response body read (nsqd's /stats with many clients stays far below).
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+_USER_AGENT = f"airflow-provider-nsq/{__version__}"
+_READ_SIZE = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPResponse:
+    """A complete response. ``url`` is what was asked, for error messages."""
+
+    url: str
+    status: int
+    reason: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as JSON; :class:`NSQProtocolError` naming the URL when it is not."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError):
+            raise NSQProtocolError(
+                f"{self.url} answered {self.status} with a body that is not JSON: "
+                f"{self.body[:80]!r}"
+            ) from None
+
+    def error_text(self) -> str:
+        """nsqd's ``{"message": "..."}`` error body (or the raw start of the body)."""
+        try:
+            value = json.loads(self.body)
+        except (ValueError, RecursionError):
+            value = None
+        if isinstance(value, dict) and isinstance(value.get("message"), str):
+            return value["message"]
+        return self.body[:200].decode("utf-8", "replace").strip()
+
+
+class _Exchange:
+    """The request and the response, as bytes in and out (h11 does the parsing)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        target: str,
+        method: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        scheme: str,
+    ) -> None:
+        self.url = f"{scheme}://{format_address(host, port)}{target}"
+        self._conn = h11.Connection(h11.CLIENT)
+        all_headers = [
+            ("Host", format_address(host, port)),
+            ("User-Agent", _USER_AGENT),
+            *headers,
+            ("Connection", "close"),
+        ]
+        if body or method in ("POST", "PUT"):
+            all_headers.append(("Content-Length", str(len(body))))
+        self._status = 0
+        self._reason = ""
+        self._headers: tuple[tuple[str, str], ...] = ()
+        self._body = bytearray()
+        try:
+            request = self._conn.send(
+                h11.Request(method=method, target=target, headers=all_headers)
+            )
+            data = self._conn.send(h11.Data(data=body)) if body else b""
+            end = self._conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise NSQProtocolError(f"cannot send {method} {self.url}: {exc}") from None
+        self.request_bytes = (request or b"") + (data or b"") + (end or b"")
+
+    def receive(self, data: bytes) -> HTTPResponse | None:
+        """Feed what was read (``b""`` at EOF); the response once it is complete."""
+        conn = self._conn
+        conn.receive_data(data)
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise NSQProtocolError(
+                    f"{self.url} did not answer with valid HTTP: {exc}"
+                ) from None
+            if event is h11.NEED_DATA:
+                if not data:
+                    raise NSQConnectionError(f"{self.url} closed the connection mid-response")
+                return None
+            if isinstance(event, h11.Response):
+                self._status = event.status_code
+                self._reason = event.reason.decode("latin-1")
+                self._headers = tuple(
+                    (name.decode("latin-1"), value.decode("latin-1"))
+                    for name, value in event.headers
+                )
+            elif isinstance(event, h11.Data):
+                self._body += event.data
+                if len(self._body) > MAX_RESPONSE_BYTES:
+                    raise NSQProtocolError(
+                        f"{self.url} sent more than {MAX_RESPONSE_BYTES} bytes; refusing the rest"
+                    )
+            elif isinstance(event, h11.EndOfMessage):
+                return HTTPResponse(
+                    self.url, self._status, self._reason, self._headers, bytes(self._body)
+                )
+            elif isinstance(event, h11.ConnectionClosed):
+                raise NSQConnectionError(f"{self.url} closed the connection mid-response")
+
+
+def _timeout_error(url: str, timeout: float) -> NSQTimeoutError:
+    return NSQTimeoutError(f"{url} did not answer within {timeout:g}s")
+
+
+def _connect_error(url: str, exc: OSError) -> NSQConnectionError:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return NSQTLSError(
+            f"TLS certificate of {url} failed verification: {exc.verify_message or exc}"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return NSQTLSError(f"TLS handshake with {url} failed: {exc}")
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    return NSQConnectionError(f"could not reach {url}: {why}")
+
+
+def http_request(
+    host: str,
+    port: int,
+    target: str,
+    *,
+    timeout: float,
+    method: str = "GET",
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+) -> HTTPResponse:
+    """Send one request and read the whole response, all within ``timeout`` seconds.
+
+    Raises :class:`NSQConnectionError` (refused, reset, TLS: :class:`NSQTLSError`),
+    :class:`NSQTimeoutError` or :class:`NSQProtocolError`; any HTTP status is returned.
+    """
+    exchange = _Exchange(
+        host, port, target, method, headers, body, "https" if ssl_context else "http"
+    )
+    deadline = time.monotonic() + timeout
+    sock: socket.socket | None = None
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+        sock.sendall(exchange.request_bytes)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _timeout_error(exchange.url, timeout)
+            sock.settimeout(remaining)
+            try:
+                data = sock.recv(_READ_SIZE)
+            except ConnectionResetError:
+                data = b""
+            response = exchange.receive(data)
+            if response is not None:
+                return response
+    except TimeoutError:
+        raise _timeout_error(exchange.url, timeout) from None
+    except NSQError:
+        raise
+    except OSError as exc:
+        raise _connect_error(exchange.url, exc) from None
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+async def ahttp_request(
+    host: str,
+    port: int,
+    target: str,
+    *,
+    timeout: float,
+    method: str = "GET",
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+) -> HTTPResponse:
+    """:func:`http_request` for asyncio: no thread, cancellable, same errors."""
+    exchange = _Exchange(
+        host, port, target, method, headers, body, "https" if ssl_context else "http"
+    )
+    writer: asyncio.StreamWriter | None = None
+
+    async def run() -> HTTPResponse:
+        nonlocal writer
+        reader, writer = await asyncio.open_connection(
+            host,
+            port,
+            ssl=ssl_context,
+            server_hostname=(server_hostname or host) if ssl_context else None,
+        )
+        writer.write(exchange.request_bytes)
+        await writer.drain()
+        while True:
+            try:
+                data = await reader.read(_READ_SIZE)
+            except ConnectionResetError:
+                data = b""
+            response = exchange.receive(data)
+            if response is not None:
+                return response
+
+    try:
+        return await asyncio.wait_for(run(), timeout)
+    except asyncio.TimeoutError:
+        raise _timeout_error(exchange.url, timeout) from None
+    except NSQError:
+        raise
+    except OSError as exc:
+        raise _connect_error(exchange.url, exc) from None
+    finally:
+        if writer is not None:
+            writer.close()
