@@ -1,9 +1,12 @@
-"""PySpark data source ``nsq``: publish a DataFrame's rows to an NSQ topic from executors.
+"""PySpark data source ``nsq``: publish a DataFrame's rows to an NSQ topic from executors,
+and read a topic/channel as a stream (FIN only after Spark committed the batch).
 
     from airflow_provider_nsq.spark import register
     register(spark)
     df.write.format("nsq").mode("append") \\
         .option("nsqd", "127.0.0.1:4150").option("topic", "results").save()
+    spark.readStream.format("nsq").option("nsqd", "127.0.0.1:4150") \\
+        .option("topic", "events").option("channel", "spark").load()
 
 Importing this package never imports Airflow (executors have only the client);
 :func:`nsq_options_from_connection` imports it lazily, on the driver/DAG side.
@@ -18,12 +21,18 @@ from .datasource import (
     register,
 )
 from .options import KNOWN_OPTIONS, NSQOptionError, NSQWriteOptions, options_from_client_config
+from .reader import READ_SCHEMA, NSQStreamReader
+from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
 
 __all__ = [
     "KNOWN_OPTIONS",
+    "KNOWN_READ_OPTIONS",
+    "READ_SCHEMA",
     "NSQDataSource",
     "NSQOptionError",
     "NSQPartitionSummary",
+    "NSQReadOptions",
+    "NSQStreamReader",
     "NSQWriteError",
     "NSQWriteOptions",
     "NSQWriter",

@@ -1,6 +1,7 @@
-"""The ``nsq`` PySpark data source: ``df.write.format("nsq")`` publishes rows to a topic.
+"""The ``nsq`` PySpark data source: ``df.write.format("nsq")`` publishes rows to a topic;
+``spark.readStream.format("nsq")`` reads a channel (the stream reader is in :mod:`.reader`).
 
-Where each piece runs:
+Where each piece of the writer runs:
 
 - ``NSQDataSource.writer()`` runs on the driver (in a Python worker Spark starts there)
   before any task is scheduled: every option and the body column are checked here, so a
@@ -57,6 +58,8 @@ from pyspark.sql.types import (
 from ..client import NSQConnection
 from ..protocol.errors import NSQError, NSQValueError
 from .options import DEFAULT_BODY_COLUMNS, NSQOptionError, NSQWriteOptions
+from .reader import READ_SCHEMA, NSQStreamReader
+from .reader_options import NSQReadOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -101,9 +104,11 @@ def summarize(
 
 
 class NSQDataSource(DataSource):
-    """``df.write.format("nsq").option("nsqd", "host:port").option("topic", "t")``.
+    """``df.write.format("nsq").option("nsqd", "host:port").option("topic", "t")`` and
+    ``spark.readStream.format("nsq").option("topic", "t").option("channel", "c")``.
 
-    Write-only (batch): see ``docs/spark.md`` for the options. Use ``mode("append")``:
+    Writes (batch) and reads (stream, :mod:`.reader`): see ``docs/spark.md`` for the
+    options. Use ``mode("append")`` to write:
     ``overwrite`` is refused here (a topic cannot be overwritten), and PySpark 4 itself
     refuses ``errorifexists`` (the default) and ``ignore`` for Python data sources.
     """
@@ -113,10 +118,22 @@ class NSQDataSource(DataSource):
         return "nsq"
 
     def schema(self) -> StructType:
-        raise NSQValueError(_WRITE_ONLY)
+        # Spark asks for it in .load(), on the driver: check the reader's options there,
+        # so a mistake fails at once instead of when the query runs.
+        NSQReadOptions.parse(self.options)
+        return READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        raise NSQValueError(_WRITE_ONLY)
+        raise NSQValueError(_NO_BATCH_READ)
+
+    def streamReader(self, schema: StructType) -> NSQStreamReader:
+        """``spark.readStream.format("nsq")``: checks every option here, on the driver."""
+        if schema != READ_SCHEMA:
+            raise NSQValueError(
+                f"the nsq stream reader's schema is fixed: {READ_SCHEMA.simpleString()}; "
+                f"got {schema.simpleString()} (do not call .schema() on the reader)"
+            )
+        return NSQStreamReader(NSQReadOptions.parse(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> NSQWriter:
         if overwrite:
@@ -127,9 +144,9 @@ class NSQDataSource(DataSource):
         return NSQWriter(NSQWriteOptions.parse(self.options), schema)
 
 
-_WRITE_ONLY = (
-    "the nsq data source is write-only (df.write.format('nsq')); read NSQ with "
-    "NSQSensor or NSQHook.consume"
+_NO_BATCH_READ = (
+    "the nsq data source reads as a stream only: spark.readStream.format('nsq') (NSQ "
+    "cannot replay a range of messages; use trigger(availableNow=True) for a batch job)"
 )
 
 

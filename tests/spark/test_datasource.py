@@ -262,6 +262,7 @@ def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
     assert sorted(got) == sorted(f"secure {i}".encode() for i in range(20))
 
 
-def test_reading_says_the_source_is_write_only(spark: Any) -> None:
-    with pytest.raises(Exception, match="write-only"):
-        spark.read.format("nsq").option("nsqd", "127.0.0.1:4150").load()
+def test_batch_reading_points_to_the_stream_reader(spark: Any) -> None:
+    with pytest.raises(Exception, match="readStream"):
+        options = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
+        spark.read.format("nsq").options(**options).load().collect()

@@ -1,0 +1,291 @@
+"""Hold delivered NSQ messages, unanswered, until Spark has committed the batch holding them.
+
+NSQ cannot replay: a message exists for the reader only while it is in flight on the
+connection that received it, and only that connection can FIN it. So the process that
+owns the connections (the Python process Spark starts on the driver for a stream source)
+keeps every delivered message in flight until the reader says "FIN these" (Spark committed
+their batch) or closes (REQ the rest, so nsqd redelivers them at once).
+
+While Spark runs a batch that process is idle, waiting for Spark's next call, so a pump
+thread owns the consumer: it reads (answering heartbeats and prefetching the next batch
+within the RDY window), TOUCHes messages held longer than half their msg_timeout, and runs
+the FIN/REQ the reader asks for. Only that thread touches the connections.
+
+Memory: everything in flight (held in batches, or prefetched) is bounded by the RDY window
+in messages, and the window is sized from the bodies seen so far so that it also holds
+about ``max_bytes_in_flight`` bytes: nsqd cannot send more than the window, so a byte
+bound needs a window that follows the message size.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from ..client.message import NSQMessage
+from ..protocol.errors import NSQError, NSQTimeoutError
+
+log = logging.getLogger(__name__)
+
+# How long the pump waits for data before it looks at queued work and TOUCH deadlines.
+POLL_INTERVAL_S = 0.02
+# Body size assumed before any message arrived (sizes the first RDY window).
+INITIAL_SIZE_GUESS = 64 * 1024
+
+
+class Consumer(Protocol):
+    """What the holder needs from a consumer (the multi-nsqd consumer core's shape)."""
+
+    msg_timeout_ms: int
+
+    def start(self, max_in_flight: int) -> None: ...
+
+    def change_max_in_flight(self, max_in_flight: int) -> None: ...
+
+    def read(self, timeout: float) -> list[NSQMessage]: ...
+
+    def finish(self, messages: list[NSQMessage]) -> None: ...
+
+    def requeue(self, messages: list[NSQMessage], delay_ms: int = 0) -> None: ...
+
+    def touch(self, messages: list[NSQMessage]) -> None: ...
+
+    def close(self, requeue: list[NSQMessage] = ...) -> None: ...
+
+
+class _Delivery:
+    """Messages that arrived together, and when they were last (re)started in flight."""
+
+    __slots__ = ("messages", "touched")
+
+    def __init__(self, messages: list[NSQMessage], now: float) -> None:
+        self.messages = messages
+        self.touched = now
+
+
+class MessageHolder:
+    """Owns a consumer and its pump thread; see the module docstring.
+
+    :param consumer: not started yet; only the pump thread uses it after :meth:`start`.
+    :param max_in_flight: the RDY budget: messages held plus prefetched, at most.
+    :param max_bytes_in_flight: about how many bytes of bodies may be held plus prefetched:
+        the RDY window shrinks below ``max_in_flight`` when messages are large.
+    """
+
+    def __init__(self, consumer: Consumer, *, max_in_flight: int, max_bytes_in_flight: int) -> None:
+        self._consumer = consumer
+        self._max_in_flight = max_in_flight
+        self._max_bytes_in_flight = max_bytes_in_flight
+        self._seen_messages = 0
+        self._seen_bytes = 0
+        self._window = 0  # the RDY window last sent
+        self._cond = threading.Condition()
+        self._pending: deque[NSQMessage] = deque()  # delivered, not yet in a batch
+        self._pending_bytes = 0
+        self._deliveries: deque[_Delivery] = deque()  # everything not yet answered
+        self._work: list[Callable[[], None]] = []
+        self._failure: BaseException | None = None
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self.requeued = 0  # REQ'd by close()
+        self.touches = 0  # TOUCH rounds sent
+
+    # -- lifecycle (reader's thread) ----------------------------------------------------
+
+    def start(self) -> None:
+        """Connect and subscribe (errors raise here), then start the pump thread."""
+        self._window = self._window_for_size()
+        self._consumer.start(self._window)
+        self._thread = threading.Thread(target=self._pump, name="nsq-stream-pump", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 10.0) -> int:
+        """Stop: REQ every message not FIN'd (nsqd redelivers it at once, attempts + 1)
+        and close the connections. Returns how many were REQ'd. If the pump does not stop
+        within ``timeout``, its messages are left to nsqd's msg_timeout."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is None:
+            self._consumer.close(requeue=[])
+        elif thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning(
+                    "nsq: the pump thread did not stop within %ss; the messages it holds "
+                    "return to the channel after their msg_timeout",
+                    timeout,
+                )
+        return self.requeued
+
+    # -- batches (reader's thread) ----------------------------------------------------
+
+    def take(
+        self,
+        max_messages: int,
+        max_bytes: int,
+        until: float,
+        admit: Callable[[NSQMessage], bool] | None = None,
+    ) -> list[NSQMessage]:
+        """The next batch: delivered messages in arrival order, waiting until the
+        ``time.monotonic()`` deadline ``until`` for it to fill. It holds at most
+        ``max_messages`` and ``max_bytes`` of bodies (at least one message, however big).
+        Messages ``admit`` refuses stay held, unbatched, until :meth:`close` REQs them.
+        """
+        batch: list[NSQMessage] = []
+        size = 0
+        full = False
+        with self._cond:
+            while True:
+                self._raise_failure()
+                pending = self._pending
+                while pending and len(batch) < max_messages:
+                    n = len(pending[0].body)
+                    if batch and size + n > max_bytes:
+                        full = True
+                        break
+                    message = pending.popleft()
+                    self._pending_bytes -= n
+                    if admit is not None and not admit(message):
+                        continue
+                    batch.append(message)
+                    size += n
+                if full or len(batch) >= max_messages:
+                    break
+                remaining = until - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+        return batch
+
+    def finish(self, messages: list[NSQMessage], timeout: float = 30.0) -> None:
+        """FIN ``messages`` (on the pump thread); returns once they are written."""
+        if messages:
+            self._run(lambda: self._consumer.finish(messages), timeout, "FIN")
+
+    @property
+    def pending(self) -> int:
+        """Messages delivered and not yet taken into a batch."""
+        with self._cond:
+            return len(self._pending)
+
+    def _run(self, work: Callable[[], None], timeout: float, what: str) -> None:
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def task() -> None:
+            try:
+                work()
+            except BaseException as exc:
+                errors.append(exc)
+                raise
+            finally:
+                done.set()
+
+        with self._cond:
+            self._raise_failure()
+            self._work.append(task)
+        if not done.wait(timeout):
+            raise NSQTimeoutError(f"nsq: the pump thread did not send {what} within {timeout}s")
+        if errors:
+            raise errors[0]
+
+    def _raise_failure(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            raise NSQError(f"nsq stream reader: the connection failed: {failure}") from failure
+        if self._closing:
+            raise NSQError("nsq stream reader: stopped")
+
+    # -- pump (its own thread) ----------------------------------------------------------
+
+    def _pump(self) -> None:
+        consumer = self._consumer
+        touch_after = max(consumer.msg_timeout_ms / 2000.0, 0.5)
+        next_touch_check = 0.0
+        try:
+            while True:
+                with self._cond:
+                    if self._closing:
+                        break
+                    work, self._work = self._work, []
+                for task in work:
+                    task()
+                window = self._window_for_size()
+                if abs(window - self._window) * 4 > self._window:  # > 25 %: worth an RDY
+                    consumer.change_max_in_flight(window)
+                    self._window = window
+                now = time.monotonic()
+                if now >= next_touch_check:
+                    self._touch_due(now - touch_after)
+                    next_touch_check = now + min(1.0, touch_after / 4)
+                got = consumer.read(POLL_INTERVAL_S)
+                if got:
+                    size = 0
+                    for m in got:
+                        size += len(m.body)
+                    self._seen_messages += len(got)
+                    self._seen_bytes += size
+                    with self._cond:
+                        self._pending.extend(got)
+                        self._pending_bytes += size
+                        self._deliveries.append(_Delivery(got, time.monotonic()))
+                        self._cond.notify_all()
+        except BaseException as exc:
+            log.error("nsq: the stream reader's connection failed: %s", exc)
+            with self._cond:
+                self._failure = exc
+                self._cond.notify_all()
+        finally:
+            self._shut_down()
+
+    def _window_for_size(self) -> int:
+        """The RDY window (messages in flight) that holds about max_bytes_in_flight."""
+        if self._seen_messages:
+            average = max(self._seen_bytes / self._seen_messages, 1.0)
+        else:
+            average = INITIAL_SIZE_GUESS
+        return max(1, min(self._max_in_flight, int(self._max_bytes_in_flight / average)))
+
+    def _touch_due(self, before: float) -> None:
+        """TOUCH held messages last started in flight before ``before`` (restarting
+        their msg_timeout); forget deliveries that are fully answered."""
+        deliveries = self._deliveries
+        while deliveries and all(m._responded for m in deliveries[0].messages):
+            deliveries.popleft()
+        due = [d for d in deliveries if d.touched < before]
+        if not due:
+            return
+        now = time.monotonic()
+        held = [m for d in due for m in d.messages if not m._responded]
+        if held:
+            self._consumer.touch(held)
+            self.touches += 1
+        for d in due:
+            d.touched = now
+
+    def _shut_down(self) -> None:
+        consumer = self._consumer
+        with self._cond:
+            work, self._work = self._work, []
+        for task in work:  # let waiting callers return (their work fails: closing)
+            try:
+                task()
+            except BaseException:
+                pass
+        held = [m for d in self._deliveries for m in d.messages if not m._responded]
+        try:
+            consumer.close(requeue=held)
+            self.requeued = len(held)
+        except (NSQError, OSError) as exc:
+            log.warning(
+                "nsq: could not REQ %s held messages (%s); nsqd redelivers them after "
+                "their msg_timeout",
+                len(held),
+                exc,
+            )

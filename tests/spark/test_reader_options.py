@@ -1,0 +1,90 @@
+"""Option parsing of ``spark.readStream.format("nsq")`` (no Spark session needed)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from airflow_provider_nsq.spark.options import NSQOptionError
+from airflow_provider_nsq.spark.reader_options import NSQReadOptions
+
+BASE = {"nsqd": "127.0.0.1:4150", "topic": "events", "channel": "spark"}
+
+
+def test_defaults_bound_each_batch_by_count_and_bytes() -> None:
+    opts = NSQReadOptions.parse(BASE)
+    assert (opts.topic, opts.channel) == ("events", "spark")
+    assert opts.nsqd_tcp_addresses == (("127.0.0.1", 4150),)
+    assert (opts.max_messages_per_batch, opts.max_bytes_per_batch) == (100_000, 64 * 1024**2)
+    assert opts.max_in_flight == 200_000  # room to prefetch one batch while Spark runs one
+    assert (opts.batch_timeout, opts.min_partitions) == (1.0, 2)
+    [config] = opts.client_configs()
+    assert (config.host, config.port, config.msg_timeout_ms) == ("127.0.0.1", 4150, None)
+
+
+def test_every_option_is_read() -> None:
+    opts = NSQReadOptions.parse(
+        {
+            "topic": "events",
+            "channel": "spark#ephemeral",
+            "NSQD_TCP_ADDRESSES": "a:4150, b:4250,a:4150",  # keys are case-insensitive
+            "max_messages_per_batch": "500",
+            "max_bytes_per_batch": "65536",
+            "max_in_flight": "750",
+            "batch_timeout": "0.25",
+            "min_partitions": "4",
+            "msg_timeout_ms": "120000",
+            "tls": "true",
+            "tls_ca_file": "/ca.pem",
+            "auth_secret": "s3cret",
+            "compression": "snappy",
+            "heartbeat_interval_ms": "5000",
+            "client_id": "spark-reader",
+        }
+    )
+    assert opts.channel == "spark#ephemeral"
+    assert opts.nsqd_tcp_addresses == (("a", 4150), ("b", 4250))  # duplicates dropped
+    assert (opts.max_messages_per_batch, opts.max_bytes_per_batch) == (500, 65536)
+    assert (opts.max_in_flight, opts.batch_timeout, opts.min_partitions) == (750, 0.25, 4)
+    _, second = opts.client_configs()
+    assert (second.host, second.port) == ("b", 4250)
+    assert second.tls and second.tls_ca_file == "/ca.pem" and second.auth_secret == "s3cret"
+    assert (second.compression, second.heartbeat_interval_ms) == ("snappy", 5000)
+    assert (second.msg_timeout_ms, second.client_id) == (120_000, "spark-reader")
+    assert "s3cret" not in repr(opts)
+    assert pickle.loads(pickle.dumps(opts)) == opts  # travels to the driver-side process
+
+
+@pytest.mark.parametrize(
+    ("options", "named", "says"),
+    [
+        ({"topic": None}, "topic", "required"),
+        ({"channel": None}, "channel", "required"),
+        ({"channel": "bad channel"}, "channel", "channel"),
+        ({"topic": "x" * 65}, "topic", "1 to 64"),
+        ({"nsqd": None}, "nsqd_tcp_addresses", "required"),
+        ({"nsqd": "host:0"}, "nsqd", "1-65535"),
+        ({"nsqd": "a:1,b:2"}, "nsqd", "one address"),
+        ({"nsqd": None, "nsqd_tcp_addresses": " , "}, "nsqd_tcp_addresses", "comma-separated"),
+        ({"lookupd_http_addresses": "h:4161"}, "lookupd_http_addresses", "nsqd_tcp_addresses"),
+        ({"max_messages_per_batch": "0"}, "max_messages_per_batch", ">= 1"),
+        ({"max_bytes_per_batch": "1MB"}, "max_bytes_per_batch", "whole number"),
+        ({"max_in_flight": "10"}, "max_in_flight", "below max_messages_per_batch"),
+        ({"batch_timeout": "0"}, "batch_timeout", "seconds > 0"),
+        ({"min_partitions": "-1"}, "min_partitions", ">= 1"),
+        ({"msg_timeout_ms": "500"}, "msg_timeout_ms", ">= 1000"),
+        ({"compression": "gzip"}, "compression", "none, snappy, deflate"),
+        ({"tls_cert_file": "/c.pem"}, "tls_cert_file", "together"),
+        ({"format": "json"}, "format", "writer option"),
+        ({"batch_size": "10"}, "batch_size", "max_messages_per_batch"),
+        ({"maxOffsetsPerTrigger": "10"}, "maxoffsetspertrigger", "stream reader knows"),
+    ],
+)
+def test_bad_option_names_itself(options: dict[str, str | None], named: str, says: str) -> None:
+    merged = {k: v for k, v in {**BASE, **options}.items() if v is not None}
+    with pytest.raises(NSQOptionError) as err:
+        NSQReadOptions.parse(merged)
+    assert err.value.option == named
+    assert str(err.value).startswith(f"nsq data source option {named!r}: ")
+    assert says in str(err.value)
