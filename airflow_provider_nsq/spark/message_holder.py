@@ -20,6 +20,7 @@ bound needs a window that follows the message size.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -129,21 +130,29 @@ class MessageHolder:
         self,
         max_messages: int,
         max_bytes: int,
-        until: float,
+        until: float | None = None,
+        idle: float | None = None,
         admit: Callable[[NSQMessage], bool] | None = None,
     ) -> list[NSQMessage]:
-        """The next batch: delivered messages in arrival order, waiting until the
-        ``time.monotonic()`` deadline ``until`` for it to fill. It holds at most
-        ``max_messages`` and ``max_bytes`` of bodies (at least one message, however big).
-        Messages ``admit`` refuses stay held, unbatched, until :meth:`close` REQs them.
+        """The next batch: delivered messages in arrival order, at most ``max_messages``
+        and ``max_bytes`` of bodies (at least one message, however big).
+
+        It waits for the batch to fill until the ``time.monotonic()`` deadline ``until``,
+        and, with ``idle``, no longer than ``idle`` seconds without a new message (the
+        channel has run dry). Messages ``admit`` refuses stay held, unbatched, until
+        :meth:`close` REQs them; they do not count as new.
         """
+        if until is None and idle is None:
+            raise ValueError("take() needs a deadline or an idle time")
         batch: list[NSQMessage] = []
         size = 0
         full = False
+        progress = time.monotonic()
         with self._cond:
             while True:
                 self._raise_failure()
                 pending = self._pending
+                taken = len(batch)
                 while pending and len(batch) < max_messages:
                     n = len(pending[0].body)
                     if batch and size + n > max_bytes:
@@ -157,10 +166,15 @@ class MessageHolder:
                     size += n
                 if full or len(batch) >= max_messages:
                     break
-                remaining = until - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if len(batch) > taken:
+                    progress = now
+                wait_until = until if until is not None else math.inf
+                if idle is not None:
+                    wait_until = min(wait_until, progress + idle)
+                if now >= wait_until:
                     break
-                self._cond.wait(remaining)
+                self._cond.wait(wait_until - now)
         return batch
 
     def finish(self, messages: list[NSQMessage], timeout: float = 30.0) -> None:

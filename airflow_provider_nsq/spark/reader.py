@@ -26,6 +26,7 @@ partition, so a batch is read by one task; here a batch is split into
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -99,6 +100,7 @@ class NSQBatchPartition(InputPartition):
         return f"NSQBatchPartition(index={self.index}, rows={self.rows}, bytes={len(self.payload)})"
 
 
+@functools.cache
 def arrow_schema() -> pa.Schema:
     """READ_SCHEMA as Arrow, exactly as PySpark expects a data source's batches."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -172,6 +174,7 @@ class _Run:
             max_bytes_in_flight=2 * options.max_bytes_per_batch,
         )
         self.holder.start()
+        messages_to_arrow([], options.topic, options.channel)  # pyarrow's first call is slow
         self.batches: dict[int, _Batch] = {}
         self.window_start = time.monotonic()
         self.cutoff_ns: int | None = None  # availableNow: admit messages published before
@@ -266,13 +269,18 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = max(1, limit.max_bytes)
         elif isinstance(limit, ReadAllAvailable):
             max_messages = opts.max_in_flight  # all it can hold; bytes stay bounded
-        until = run.window_start + opts.batch_timeout
-        if self._available_now:
-            # "Nothing more" ends the query: only say so after a full quiet window.
-            until = max(until, time.monotonic() + opts.batch_timeout)
         cutoff = self._cutoff_ns
         admit = (lambda m: m.timestamp <= cutoff) if cutoff is not None else None
-        messages = run.holder.take(max_messages, max_bytes, until, admit)
+        if self._available_now:
+            # Drain: fill each batch; the channel is dry after batch_timeout without a
+            # message, and an empty batch ends the query.
+            messages = run.holder.take(
+                max_messages, max_bytes, idle=opts.batch_timeout, admit=admit
+            )
+        else:
+            # Stream: a batch is what arrived within batch_timeout of the previous cut.
+            until = run.window_start + opts.batch_timeout
+            messages = run.holder.take(max_messages, max_bytes, until=until)
         run.window_start = time.monotonic()
         if not messages:
             return start

@@ -68,9 +68,9 @@ def test_batches_respect_the_count_and_byte_bounds(
     publish(nsqd, nsq_topic, [b"%03d" % i + b"x" * 97 for i in range(50)])  # 100 bytes each
     holder = holder_for(nsq_topic)
 
-    by_bytes = holder.take(1000, 1000, soon())
-    by_count = holder.take(7, 10**9, soon())
-    rest = holder.take(1000, 10**9, soon(1.0))
+    by_bytes = holder.take(1000, 1000, until=soon())
+    by_count = holder.take(7, 10**9, until=soon())
+    rest = holder.take(1000, 10**9, idle=0.5)  # until the channel runs dry
 
     assert [len(by_bytes), len(by_count), len(rest)] == [10, 7, 33]
     assert {message_nsqd(m) for m in by_bytes} == {nsqd.tcp_address}
@@ -86,15 +86,15 @@ def test_a_message_bigger_than_the_byte_bound_still_makes_a_batch(
 ) -> None:
     publish(nsqd, nsq_topic, [b"y" * 5000])
     holder = holder_for(nsq_topic)
-    assert len(holder.take(100, 10, soon())) == 1
+    assert len(holder.take(100, 10, until=soon())) == 1
 
 
 def test_close_requeues_what_was_not_finished(nsqd: Any, nsq_topic: str, holder_for: Any) -> None:
     bodies = [b"m%d" % i for i in range(40)]
     publish(nsqd, nsq_topic, bodies)
     holder = holder_for(nsq_topic)
-    done = holder.take(15, 10**9, soon())
-    holder.take(25, 10**9, soon())  # delivered, never FIN'd
+    done = holder.take(15, 10**9, until=soon())
+    holder.take(25, 10**9, until=soon())  # delivered, never FIN'd
     holder.finish(done)
 
     assert holder.close() == 25
@@ -111,7 +111,7 @@ def test_held_messages_outlive_msg_timeout_and_heartbeats(
     # nsqd drops a client silent for 2 heartbeats (2 s) and redelivers a message not
     # TOUCHed within msg_timeout (1 s): hold 3 messages for 3.5 s without answering.
     holder = holder_for(nsq_topic, heartbeat_interval_ms=1000, msg_timeout_ms=1000)
-    held = holder.take(3, 10**9, soon())
+    held = holder.take(3, 10**9, until=soon())
     assert len(held) == 3
     time.sleep(3.5)  # the time a long Spark batch takes; nothing is waited on here
 
@@ -130,7 +130,7 @@ def test_in_flight_beyond_max_rdy_count_opens_more_connections(
     publish(server, nsq_topic, [b"n%d" % i for i in range(25)])
     holder = holder_for(nsq_topic, server=server, max_in_flight=25)
 
-    batch = holder.take(25, 10**9, soon())
+    batch = holder.take(25, 10**9, until=soon())
 
     assert len(batch) == 25  # one connection could hold only 10 unanswered
     assert len(server.channel_stats(nsq_topic, CHANNEL)["clients"]) == 3
@@ -150,7 +150,7 @@ def test_the_rdy_window_follows_the_byte_bound(nsqd: Any, nsq_topic: str, holder
     assert (stats["in_flight_count"], stats["depth"]) == (5, 95)
     got = 0
     while got < 100:
-        batch = holder.take(100, 3000, soon())
+        batch = holder.take(100, 3000, until=soon())
         assert 1 <= len(batch) <= 3
         holder.finish(batch)
         got += len(batch)
