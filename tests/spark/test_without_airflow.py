@@ -1,0 +1,144 @@
+"""The ``nsq`` data source (writer and stream reader) in a Python without Airflow.
+
+Spark executors get this package installed with ``pip install --no-deps`` (or zipped as
+``--py-files``), not Airflow. This test builds such an environment: a venv whose
+site-packages holds only pyspark, py4j, pyarrow, python-snappy (cramjam), h11 and this
+package, linked from the test environment as ``pip install --no-deps`` would install them.
+A Spark application then runs entirely in it (driver, the stream source's process and the
+executors' workers: ``PYSPARK_PYTHON``), writes a topic with the data source, reads it
+back with the stream reader, and checks that ``import airflow`` fails everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import airflow_provider_nsq
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+# What the executors need: the data source's own imports, nothing of Airflow.
+EXECUTOR_PACKAGES = ("pyspark", "py4j", "pyarrow", "snappy", "cramjam", "h11")
+
+JOB = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    from pyspark.sql import SparkSession
+    from airflow_provider_nsq.spark import register
+
+    nsqd, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+
+    def has_airflow(_):
+        return importlib.util.find_spec("airflow") is not None
+
+    df = spark.range(count, numPartitions=2).selectExpr("concat('event-', id) as value")
+    df.write.format("nsq").mode("append").option("nsqd", nsqd).option("topic", topic).save()
+
+    query = (
+        spark.readStream.format("nsq")
+        .option("nsqd", nsqd).option("topic", topic).option("channel", "no-airflow")
+        .option("batch_timeout", "0.5")
+        .load()
+        .writeStream.format("memory").queryName("back")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", sys.argv[4])
+        .start()
+    )
+    query.awaitTermination(120)
+    bodies = sorted(bytes(r.body).decode() for r in spark.sql("select body from back").collect())
+    print("RESULT " + json.dumps({
+        "bodies": bodies,
+        "driver_has_airflow": has_airflow(None),
+        "executors_have_airflow": spark.sparkContext.parallelize(range(4), 2).map(has_airflow).collect(),
+        "error": str(query.exception()) if query.exception() else None,
+    }))
+    spark.stop()
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def python_without_airflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv's python whose site-packages has the executor packages and no Airflow."""
+    venv = tmp_path_factory.mktemp("venv-without-airflow")
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    target = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+    )
+    source = Path(sysconfig.get_paths()["purelib"])
+    for entry in source.iterdir():
+        name = entry.name.split("-")[0].lower()
+        top = entry.name.lower()
+        if top in EXECUTOR_PACKAGES or (
+            entry.suffix == ".dist-info"
+            and name in {"pyspark", "py4j", "pyarrow", "python_snappy", "cramjam", "h11"}
+        ):
+            (target / entry.name).symlink_to(entry)
+    package = Path(airflow_provider_nsq.__file__).resolve().parent
+    (target / package.name).symlink_to(package)
+    check = subprocess.run(
+        [str(python), "-c", "import airflow"], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode != 0 and "No module named 'airflow'" in check.stderr
+    return python
+
+
+def test_writer_and_reader_run_where_airflow_is_not_installed(
+    python_without_airflow: Path, nsqd: Any, tmp_path: Path
+) -> None:
+    topic = f"t_no_airflow_{uuid.uuid4().hex[:8]}"
+    nsqd.create_channel(topic, "no-airflow")
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "PYTHONPATH"))},
+        "PYSPARK_PYTHON": str(python_without_airflow),
+        "PYSPARK_DRIVER_PYTHON": str(python_without_airflow),
+    }
+    done = subprocess.run(
+        [
+            str(python_without_airflow),
+            str(script),
+            nsqd.tcp_address,
+            topic,
+            "25",
+            str(tmp_path / "checkpoint"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    result = json.loads(lines[0].removeprefix("RESULT "))
+    assert result["error"] is None
+    assert result["bodies"] == sorted(f"event-{i}" for i in range(25))
+    assert result["driver_has_airflow"] is False
+    assert result["executors_have_airflow"] == [False] * 4
