@@ -194,8 +194,8 @@ class PeerConnection(asyncio.Protocol):
         assert self.peer is not None
         for key in db.find_registrations("channel", topic, "*"):
             removed, _ = db.remove_producer(key, self.peer.id)
-            if removed:
-                log.warning(
+            if removed:  # nsqd's usual order; nsqlookupd logs it as a WARNING
+                log.info(
                     "client(%s) unexpected UNREGISTER category:channel key:%s subkey:%s",
                     self.address,
                     topic,
