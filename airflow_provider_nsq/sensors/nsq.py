@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 MAX_WINDOW_MESSAGES = 2500
 XCOM_RETURN_KEY = "return_value"
 #: Without nsqd's HTTP API, each short window redelivers what it saw; the next window
-#: waits max(poke_interval, window) x 2^(short windows so far), up to this many seconds.
+#: waits max(poke_interval, window) x 2^(n+1) after the n-th short window in a row, up to
+#: this many seconds.
 TCP_WINDOW_MAX_BACKOFF_S = 300.0
 
 Rejected = Literal["finish", "requeue"]
@@ -256,7 +257,7 @@ class NSQSensor(BaseSensorOperator):
             return
         self._short_tcp_windows += 1
         pause = min(
-            max(self.poke_interval, self.window) * 2**self._short_tcp_windows,
+            max(self.poke_interval, self.window) * 2 ** (self._short_tcp_windows + 1),
             max(TCP_WINDOW_MAX_BACKOFF_S, self.poke_interval),
         )
         self._next_tcp_window = time.monotonic() + pause
