@@ -9,9 +9,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..http_server import start_http_server
 from . import api
 from .client import ClientConnection
-from .http import HTTPConnection
 from .message import IdGenerator
 from .options import NSQD_VERSION, BrokerOptions
 from .topic import Topic
@@ -69,21 +69,24 @@ class Broker:
         )
         self._servers.append(tcp)
         self.tcp_port = tcp.sockets[0].getsockname()[1]
-        http = await self._loop.create_server(
-            lambda: HTTPConnection(self, secure=False, handler=api.handle),
-            opts.host,
-            opts.http_port,
-        )
+        app = api.build_app(self)
+        http_options: dict[str, Any] = {
+            # Refuse what no route would accept before reading it.
+            "max_body_size": opts.max_body_size + opts.max_msg_size,
+            "body_too_large": api.body_too_large,
+        }
+        http = await start_http_server(app, opts.host, opts.http_port, **http_options)
         self._servers.append(http)
         self.http_port = http.sockets[0].getsockname()[1]
         if self.ssl_context is not None:
-            https = await self._loop.create_server(
-                lambda: HTTPConnection(self, secure=True, handler=api.handle),
+            https = await start_http_server(
+                app,
                 opts.host,
                 opts.https_port or 0,
                 # nsqd asks HTTPS clients for certificates too; here HTTPS does not, so
                 # the test helpers can read /stats of a require-verify broker.
-                ssl=self.options.server_ssl_context(client_auth=False),
+                ssl_context=self.options.server_ssl_context(client_auth=False),
+                **http_options,
             )
             self._servers.append(https)
             self.https_port = https.sockets[0].getsockname()[1]
