@@ -10,11 +10,9 @@ redelivers them too.
 
 from __future__ import annotations
 
-import base64
 import datetime
-import importlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from ..client import NSQMessage
 from ..client.nsqd_http import ChannelDepth
+from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
 from ..operators.nsq import is_templated
 from ..protocol.errors import (
@@ -47,49 +46,16 @@ XCOM_RETURN_KEY = "return_value"
 TCP_WINDOW_MAX_BACKOFF_S = 300.0
 
 Rejected = Literal["finish", "requeue"]
-MessageFilter = Callable[[dict[str, Any]], bool]
 
-
-def message_record(message: NSQMessage, topic: str, channel: str) -> dict[str, Any]:
-    """What the sensor pushes to XCom for one message (JSON-safe).
-
-    ``body`` is the text when the body is valid UTF-8 (``body_encoding="utf-8"``),
-    otherwise base64 text (``body_encoding="base64"``).
-    """
-    try:
-        body, encoding = message.body.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
-    return {
-        "id": message.id,
-        "body": body,
-        "body_encoding": encoding,
-        "attempts": message.attempts,
-        "timestamp": message.timestamp,
-        "topic": topic,
-        "channel": channel,
-    }
-
-
-def decode_record_body(record: dict[str, Any]) -> bytes:
-    """The original bytes of a record's body (for downstream tasks)."""
-    if record.get("body_encoding") == "base64":
-        return base64.b64decode(record["body"])
-    return str(record["body"]).encode("utf-8")
-
-
-def import_callable(path: str) -> MessageFilter:
-    """Resolve ``"package.module.function"`` to the function."""
-    module_name, _, attr = path.rpartition(".")
-    if not module_name:
-        raise NSQValueError(f"message_filter {path!r} is not a dotted path (module.function)")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise NSQValueError(f"message_filter {path!r} cannot be imported: {exc}") from None
-    if not callable(target):
-        raise NSQValueError(f"message_filter {path!r} is not callable")
-    return target
+# Re-exported: DAGs import decode_record_body (and may import the others) from here.
+__all__ = [
+    "MAX_WINDOW_MESSAGES",
+    "MessageFilter",
+    "NSQSensor",
+    "decode_record_body",
+    "import_callable",
+    "message_record",
+]
 
 
 class NSQSensor(BaseSensorOperator):
