@@ -158,6 +158,8 @@ class Replay:
             if start == 0:  # the magic first, then IDENTIFY: this order is fixed
                 assert new[:2] == commands[:2]
             self.seen[name] = want
+            # Answered: the lookupd updates its DB before it replies.
+            self.proxy.wait_for(lambda c=conn, n=want - 1: len(self.replies(c)) >= n)
         for name, wanted in replies.items():
             conn = self.conn_index(name)
             count = self.seen[name] - 1  # every command but the magic is answered

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import threading
-import urllib.parse
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ..http_api import APIError
+from . import api
 from .options import LookupdOptions
 from .server import Lookupd
 
@@ -152,10 +152,10 @@ class EmbeddedNSQLookupd:
         """``/lookup``'s producers of ``topic`` (``[]`` if unknown), read without HTTP."""
 
         def read(lookupd: Lookupd) -> list[dict[str, Any]]:
-            answer = lookupd.respond("GET", "/lookup?topic=" + urllib.parse.quote(topic))
-            if answer.status != 200:
+            try:
+                return list(api.lookup(lookupd, {"topic": [topic]})["producers"])
+            except APIError:
                 return []
-            return list(json.loads(answer.body)["producers"])
 
         return self.call(read)
 

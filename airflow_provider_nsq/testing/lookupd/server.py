@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
+from ..http_server import start_http_server
 from . import api
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .registry import RegistrationDB
@@ -32,6 +33,7 @@ class Lookupd:
         self.tcp_port = 0
         self.http_port = 0
         self._servers: list[asyncio.Server] = []
+        self.app = api.router(self)
 
     @property
     def inactive_producer_timeout_s(self) -> float:
@@ -41,10 +43,6 @@ class Lookupd:
     def tombstone_lifetime_s(self) -> float:
         return self.options.tombstone_lifetime / 1000.0
 
-    def respond(self, method: str, target: str) -> api.Answer:
-        """Answer one HTTP request (``target`` as sent: path and raw query)."""
-        return api.respond(self, method, target)
-
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -53,7 +51,7 @@ class Lookupd:
         tcp = await loop.create_server(lambda: PeerConnection(self), opts.host, opts.tcp_port)
         self._servers.append(tcp)
         self.tcp_port = tcp.sockets[0].getsockname()[1]
-        http = await self._start_http(opts.host, opts.http_port)
+        http = await start_http_server(self.app, opts.host, opts.http_port)
         self._servers.append(http)
         self.http_port = http.sockets[0].getsockname()[1]
         log.info(
@@ -64,12 +62,6 @@ class Lookupd:
             self.host,
             self.http_port,
         )
-
-    async def _start_http(self, host: str, port: int) -> asyncio.Server:
-        from .http import LookupdHTTPConnection
-
-        loop = asyncio.get_running_loop()
-        return await loop.create_server(lambda: LookupdHTTPConnection(self.respond), host, port)
 
     async def stop(self) -> None:
         for server in self._servers:
