@@ -27,9 +27,13 @@ log = logging.getLogger("airflow_provider_nsq.testing.lookupd")
 
 
 def _address(text: str) -> tuple[str, int]:
-    # nsqlookupd accepts ":4160" (every interface); this server binds 127.0.0.1 then.
+    # nsqlookupd accepts ":4160" (every interface; this server binds 127.0.0.1 then) and
+    # port 0 (any free port).
     value = "127.0.0.1" + text if text.startswith(":") else text
+    host, _, port = value.rpartition(":")
     try:
+        if port == "0":
+            return parse_address(host, 1, "address")[0], 0
         return parse_address(value, None, "address")
     except NSQValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
