@@ -134,7 +134,6 @@ class LookupdPeer:
         #: nsqlookupd's IDENTIFY reply, kept after a disconnect (as nsqd keeps it).
         self.info: LookupdInfo | None = None
         self.connected = False
-        self.registered = asyncio.Event()  # set while registrations are up to date
         self.first_attempt = asyncio.Event()  # set once registered, or failed to be
         self._queue: deque[bytes] = deque()
         self._wakeup = asyncio.Event()
@@ -173,7 +172,6 @@ class LookupdPeer:
         registers the broker's state as it is then."""
         if self.connected:
             self._queue.append(command)
-            self.registered.clear()
             self._wakeup.set()
 
     async def _run(self) -> None:
@@ -200,7 +198,6 @@ class LookupdPeer:
 
     def _drop_connection(self) -> None:
         self.connected = False
-        self.registered.clear()
         self._queue.clear()
         if self._protocol is not None:
             self._protocol.close()
@@ -234,7 +231,6 @@ class LookupdPeer:
         while not self._stopping:
             while self._queue:
                 await self._round_trip(protocol, self._queue.popleft())
-            self.registered.set()
             self.first_attempt.set()
             wait = next_ping - loop.time()
             if wait <= 0:
@@ -282,12 +278,6 @@ class LookupdRegistration:
             task.cancel()
         for peer in self.peers:
             await peer.stop()
-
-    async def wait_registered(self, timeout: float) -> None:
-        """Until every lookupd has the broker's current registrations."""
-        await asyncio.wait_for(
-            asyncio.gather(*(peer.registered.wait() for peer in self.peers)), timeout
-        )
 
     # -- what nsqd tells a lookupd --------------------------------------------------
 
