@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -90,3 +91,38 @@ def test_channels_known_to_lookupd_are_precreated(
     nsqd.http_publish(nsq_topic, b"hello")
     channels = nsqd.wait_for(lambda: (nsqd.topic_stats(nsq_topic) or {}).get("channels"))
     assert [(c["channel_name"], c["depth"]) for c in channels] == [("pre_ch", 1)]
+
+
+def test_every_precreated_channel_gets_the_first_messages(
+    nsqlookupd: NSQLookupdServer, registered: tuple[EmbeddedNSQD, NSQDServer], nsq_topic: str
+) -> None:
+    _, nsqd = registered
+    for channel in ("a", "b"):
+        nsqlookupd.create_channel(nsq_topic, channel)
+    nsqd.http_publish(nsq_topic, b"first")
+    nsqd.http_publish(nsq_topic, b"second")
+
+    def depths() -> list[tuple[str, int]]:
+        channels = (nsqd.topic_stats(nsq_topic) or {}).get("channels") or []
+        found = [(c["channel_name"], c["depth"]) for c in channels]
+        return found if len(found) == 2 else []
+
+    assert nsqd.wait_for(depths) == [("a", 2), ("b", 2)]
+
+
+def test_precreation_does_not_bring_back_a_channel_deleted_meanwhile(
+    nsqlookupd: NSQLookupdServer, registered: tuple[EmbeddedNSQD, NSQDServer], nsq_topic: str
+) -> None:
+    """The broker's publish returns before its lookupds answered (nsqd's waits): a
+    channel created and deleted in between stays deleted."""
+    broker, nsqd = registered
+    nsqlookupd.create_channel(nsq_topic, "gone")
+
+    def create_then_delete(b: Any) -> None:  # one loop turn: before the lookupd answers
+        b.get_topic(nsq_topic).get_channel("gone")
+        b.get_topic(nsq_topic).delete_channel("gone")
+
+    broker.call(create_then_delete)
+    nsqd.http_publish(nsq_topic, b"x")
+    nsqd.wait_for(lambda: not broker.call(lambda b: b.topics[nsq_topic].held))
+    assert broker.call(lambda b: list(b.topics[nsq_topic].channels)) == []

@@ -265,6 +265,9 @@ class LookupdRegistration:
         self.hostname = socket.gethostname()
         self.peers = [LookupdPeer(self, a) for a in options.lookupd_tcp_addresses]
         self._tasks: set[asyncio.Task[None]] = set()
+        # Topics whose channels are being pre-created -> the channels created or deleted
+        # meanwhile (pre-creation must not bring back one deleted in the meantime).
+        self._precreating: dict[Topic, set[str]] = {}
 
     async def start(self) -> None:
         """Connect to every lookupd; returns once each has the broker registered, or
@@ -312,6 +315,7 @@ class LookupdRegistration:
         addresses = [a for p in self.peers if (a := p.http_address) is not None]
         if addresses:
             topic.hold()
+            self._precreating[topic] = set()
             task = asyncio.get_running_loop().create_task(self._precreate(topic, addresses))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -322,21 +326,33 @@ class LookupdRegistration:
             self._send(encode_unregister(topic.name, name))
 
     def channel_created(self, channel: Channel) -> None:
+        self._touched(channel)
         self._send(encode_register(channel.topic.name, channel.name))
 
     def channel_deleted(self, channel: Channel) -> None:
+        self._touched(channel)
         self._send(encode_unregister(channel.topic.name, channel.name))
+
+    def _touched(self, channel: Channel) -> None:
+        touched = self._precreating.get(channel.topic)
+        if touched is not None:
+            touched.add(channel.name)
 
     # -- channel pre-creation ---------------------------------------------------------
 
     async def _precreate(self, topic: Topic, addresses: list[tuple[str, int]]) -> None:
+        # nsqd does this before the publish that created the topic returns; here the
+        # publish has returned, so channels may have come and gone meanwhile: leave them.
+        touched = self._precreating[topic]
         try:
             names = await self._lookupd_channels(topic.name, addresses)
             if self.broker.topics.get(topic.name) is topic:
                 for name in names:
-                    if not is_ephemeral(name):  # nsqd: no ephemeral channel without consumer
+                    # nsqd creates no #ephemeral channel without a consumer.
+                    if not is_ephemeral(name) and name not in touched:
                         topic.get_channel(name)
         finally:
+            del self._precreating[topic]
             topic.release()
 
     async def _lookupd_channels(self, topic: str, addresses: list[tuple[str, int]]) -> list[str]:
