@@ -24,7 +24,6 @@ from .. import __version__
 from ..protocol.errors import (
     NSQConnectionError,
     NSQProtocolError,
-    NSQTimeoutError,
 )
 from .address import format_address
 from .io_errors import map_exceptions
@@ -141,10 +140,6 @@ class _Exchange:
                 raise NSQConnectionError(f"{self.url} closed the connection mid-response")
 
 
-def _timeout_error(url: str, timeout: float) -> NSQTimeoutError:
-    return NSQTimeoutError(f"{url} did not answer within {timeout:g}s")
-
-
 def http_request(
     host: str,
     port: int,
@@ -172,11 +167,12 @@ def http_request(
             sock = socket.create_connection((host, port), timeout=timeout)
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+        with map_exceptions(exchange.url, "get an answer from", timeout):
             sock.sendall(exchange.request_bytes)
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise _timeout_error(exchange.url, timeout)
+                    raise TimeoutError  # worded by map_exceptions, as a recv timeout is
                 sock.settimeout(remaining)
                 try:
                     data = sock.recv(_READ_SIZE)
@@ -207,15 +203,11 @@ async def ahttp_request(
         host, port, target, method, headers, body, "https" if ssl_context else "http"
     )
     writer: asyncio.StreamWriter | None = None
+    deadline = time.monotonic() + timeout
 
-    async def run() -> HTTPResponse:
-        nonlocal writer
-        reader, writer = await asyncio.open_connection(
-            host,
-            port,
-            ssl=ssl_context,
-            server_hostname=(server_hostname or host) if ssl_context else None,
-        )
+    async def exchange_bytes(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> HTTPResponse:
         writer.write(exchange.request_bytes)
         await writer.drain()
         while True:
@@ -229,7 +221,20 @@ async def ahttp_request(
 
     try:
         with map_exceptions(exchange.url, "reach", timeout):
-            return await asyncio.wait_for(run(), timeout)
+            reader, opened = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=ssl_context,
+                    server_hostname=(server_hostname or host) if ssl_context else None,
+                ),
+                timeout,
+            )
+            writer = opened
+        with map_exceptions(exchange.url, "get an answer from", timeout):
+            return await asyncio.wait_for(
+                exchange_bytes(reader, opened), max(deadline - time.monotonic(), 0.0)
+            )
     finally:
         if writer is not None:
             writer.close()

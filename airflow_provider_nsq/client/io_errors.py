@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 from collections.abc import Iterator
 
@@ -39,7 +40,9 @@ def map_exceptions(
     except OSError as exc:
         if tls:
             raise describe_tls_error(peer, exc) from None
-        raise NSQConnectionError(f"could not {doing} {peer}: {exc.strerror or exc}") from None
+        # os.strerror: asyncio's own text ("Connect call failed (...)") says less.
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise NSQConnectionError(f"could not {doing} {peer}: {why}") from None
 
 
 def describe_tls_error(peer: str, exc: BaseException) -> NSQTLSError:

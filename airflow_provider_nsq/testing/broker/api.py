@@ -188,7 +188,7 @@ def _stats_text(data: dict[str, Any], start_time: int) -> str:
                     f"re-q: {c['requeue_count']:<5} timeout: {c['timeout_count']:<5} "
                     f"msgs: {c['message_count']:<8}"
                 )
-                for client in c["clients"]:
+                for client in c["clients"] or ():
                     lines.append(
                         f"        [V2 {client['client_id']:<21}] state: {client['state']} "
                         f"inflt: {client['in_flight_count']:<4} rdy: {client['ready_count']:<4} "

@@ -138,14 +138,19 @@ class Broker:
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]:
         """``/stats?format=json`` as nsqd 1.3 shapes it (no ``data`` wrapper)."""
-        topics = []
+        # Go's nil slices: "topics" is null when the asked topic does not exist, and
+        # "producers" is null when there are none or clients were not asked for.
+        if topic and topic not in self.topics:
+            topics: list[dict[str, Any]] | None = None
+        else:
+            topics = []
         for name in sorted(self.topics):
             if topic and name != topic:
                 continue
             t = self.topics[name]
             if channel and channel not in t.channels:
                 continue  # nsqd leaves the topic out when the channel is missing
-            topics.append(t.stats(channel or None, include_clients))
+            topics.append(t.stats(channel or None, include_clients))  # type: ignore[union-attr]
         producers = [c.stats() for c in self.clients if c.pub_counts] if include_clients else []
         return {
             "version": self.version,
@@ -153,7 +158,7 @@ class Broker:
             "start_time": self.start_time,
             "topics": topics,
             "memory": _memory_stats(),
-            "producers": producers,
+            "producers": producers or None,
         }
 
 
