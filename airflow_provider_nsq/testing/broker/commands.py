@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_nsq.protocol.command_reader import BadMessageSize, CommandReader
 from airflow_provider_nsq.protocol.constants import CLOSE_WAIT, MESSAGE_ID_LENGTH, OK
+from airflow_provider_nsq.protocol.go_json import go_json
 from airflow_provider_nsq.protocol.names import is_valid_name
 
 from .auth import AuthFailed
 from .channel import QueueFull
 from .errors import ClientError, go_quote
-from .identify import decode_identify, go_json
+from .identify import decode_identify
 
 if TYPE_CHECKING:
     from .client import ClientConnection
