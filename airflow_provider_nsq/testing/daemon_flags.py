@@ -65,7 +65,10 @@ def boolean(text: str) -> bool:
 
 @_flag_type
 def listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` to listen on; an empty host (``:4150``) means 127.0.0.1 here."""
-    if text.startswith(":"):
-        text = "127.0.0.1" + text
-    return parse_address(text, None, "listen address")
+    """``HOST:PORT`` to listen on, as nsqd and nsqlookupd take it: an empty host
+    (``:4150``, every interface there) binds 127.0.0.1 here; port 0 is any free port."""
+    value = "127.0.0.1" + text if text.startswith(":") else text
+    host, _, port = value.rpartition(":")
+    if port == "0":
+        return parse_address(host, 1, "listen address")[0], 0
+    return parse_address(value, None, "listen address")

@@ -20,9 +20,6 @@ from ..daemon_flags import boolean, duration_ms, listen_address
 from .options import BrokerOptions
 from .server import Broker
 
-# What other CLIs took from here (the embedded nsqlookupd's).
-parse_duration_ms = duration_ms
-
 
 def _tls_required(text: str) -> bool | str:
     if text.strip().lower() == "tcp-https":

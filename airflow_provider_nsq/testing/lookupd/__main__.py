@@ -16,27 +16,11 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_nsq.client.address import parse_address
-from airflow_provider_nsq.protocol.errors import NSQValueError
-
-from ..broker.__main__ import parse_duration_ms
+from ..daemon_flags import duration_ms, listen_address
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .server import Lookupd
 
 log = logging.getLogger("airflow_provider_nsq.testing.lookupd")
-
-
-def _address(text: str) -> tuple[str, int]:
-    # nsqlookupd accepts ":4160" (every interface; this server binds 127.0.0.1 then) and
-    # port 0 (any free port).
-    value = "127.0.0.1" + text if text.startswith(":") else text
-    host, _, port = value.rpartition(":")
-    try:
-        if port == "0":
-            return parse_address(host, 1, "address")[0], 0
-        return parse_address(value, None, "address")
-    except NSQValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,8 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--host", default=None, help="address to bind (default 127.0.0.1)")
     add("--tcp-port", type=int, default=None, help="TCP port (default 4160; 0 = free port)")
     add("--http-port", type=int, default=None, help="HTTP port (default 4161; 0 = free port)")
-    add("--tcp-address", type=_address, default=None, help="HOST:PORT for nsqds, as nsqlookupd")
-    add("--http-address", type=_address, default=None, help="HOST:PORT for HTTP clients")
+    add(
+        "--tcp-address",
+        type=listen_address,
+        default=None,
+        help="HOST:PORT for nsqds, as nsqlookupd",
+    )
+    add("--http-address", type=listen_address, default=None, help="HOST:PORT for HTTP clients")
     add(
         "--broadcast-address",
         default=None,
@@ -58,14 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--inactive-producer-timeout",
-        type=parse_duration_ms,
+        type=duration_ms,
         default=None,
         metavar="DURATION",
         help="hide a producer this long after its last IDENTIFY or PING (default 300s)",
     )
     add(
         "--tombstone-lifetime",
-        type=parse_duration_ms,
+        type=duration_ms,
         default=None,
         metavar="DURATION",
         help="how long a tombstoned producer stays hidden from /lookup (default 45s)",
