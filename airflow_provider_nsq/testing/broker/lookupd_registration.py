@@ -33,7 +33,11 @@ import urllib.parse
 from collections import deque
 from typing import TYPE_CHECKING
 
-from airflow_provider_nsq.client.address import format_address, parse_address
+from airflow_provider_nsq.client.address import (
+    DEFAULT_LOOKUPD_TCP_PORT,
+    format_address,
+    parse_address,
+)
 from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, ahttp_request
 from airflow_provider_nsq.protocol.errors import NSQProtocolError, NSQServerError
 from airflow_provider_nsq.protocol.lookupd import (
@@ -56,8 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_provider_nsq.testing.broker")
 
-#: nsqlookupd's default TCP port (--tcp-address 0.0.0.0:4160).
-DEFAULT_LOOKUPD_TCP_PORT = 4160
 #: nsqd's timeout for dialling a lookupd (``lookup_peer.go``: 1 s; more under test load).
 CONNECT_TIMEOUT_S = 2.0
 #: How long one reply may take before the connection counts as dead (nsqd: 1 s).

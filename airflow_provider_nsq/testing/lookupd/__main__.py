@@ -16,6 +16,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_HTTP_PORT, DEFAULT_LOOKUPD_TCP_PORT
+
 from ..daemon_flags import duration_ms, listen_address
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .server import Lookupd
@@ -71,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace) -> LookupdOptions:
     host = args.host
-    tcp_port = 4160 if args.tcp_port is None else args.tcp_port
-    http_port = 4161 if args.http_port is None else args.http_port
+    tcp_port = DEFAULT_LOOKUPD_TCP_PORT if args.tcp_port is None else args.tcp_port
+    http_port = DEFAULT_LOOKUPD_HTTP_PORT if args.http_port is None else args.http_port
     if args.tcp_address is not None:
         host = host or args.tcp_address[0]
         tcp_port = args.tcp_address[1] if args.tcp_port is None else tcp_port
