@@ -31,9 +31,12 @@ import logging
 import socket
 import urllib.parse
 from collections import deque
-from typing import TYPE_CHECKING
 
-from airflow_provider_nsq.client.address import format_address, parse_address
+from airflow_provider_nsq.client.address import (
+    DEFAULT_LOOKUPD_TCP_PORT,
+    format_address,
+    parse_address,
+)
 from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, ahttp_request
 from airflow_provider_nsq.protocol.errors import NSQProtocolError, NSQServerError
 from airflow_provider_nsq.protocol.lookupd import (
@@ -49,15 +52,12 @@ from airflow_provider_nsq.protocol.lookupd import (
 )
 from airflow_provider_nsq.protocol.names import is_ephemeral
 
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .server import Broker
-    from .topic import Topic
+from .channel import Channel
+from .state import BrokerState
+from .topic import Topic
 
 log = logging.getLogger("airflow_provider_nsq.testing.broker")
 
-#: nsqlookupd's default TCP port (--tcp-address 0.0.0.0:4160).
-DEFAULT_LOOKUPD_TCP_PORT = 4160
 #: nsqd's timeout for dialling a lookupd (``lookup_peer.go``: 1 s; more under test load).
 CONNECT_TIMEOUT_S = 2.0
 #: How long one reply may take before the connection counts as dead (nsqd: 1 s).
@@ -258,16 +258,16 @@ class LookupdRegistration:
     the broker knows about lookupds.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerState) -> None:
         self.broker = broker
         options = broker.options
         self.ping_interval_s = options.lookupd_ping_interval / 1000.0
         self.hostname = socket.gethostname()
         self.peers = [LookupdPeer(self, a) for a in options.lookupd_tcp_addresses]
         self._tasks: set[asyncio.Task[None]] = set()
-        # Topics whose channels are being pre-created -> the channels created or deleted
-        # meanwhile (pre-creation must not bring back one deleted in the meantime).
-        self._precreating: dict[Topic, set[str]] = {}
+        # Topics whose channels are being pre-created -> (the topic, the channels created
+        # or deleted meanwhile: pre-creation must not bring back one deleted since).
+        self._precreating: dict[str, tuple[Topic, set[str]]] = {}
 
     async def start(self) -> None:
         """Connect to every lookupd; returns once each has the broker registered, or
@@ -315,7 +315,7 @@ class LookupdRegistration:
         addresses = [a for p in self.peers if (a := p.http_address) is not None]
         if addresses:
             topic.hold()
-            self._precreating[topic] = set()
+            self._precreating[topic.name] = (topic, set())
             task = asyncio.get_running_loop().create_task(self._precreate(topic, addresses))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -327,23 +327,23 @@ class LookupdRegistration:
 
     def channel_created(self, channel: Channel) -> None:
         self._touched(channel)
-        self._send(encode_register(channel.topic.name, channel.name))
+        self._send(encode_register(channel.topic_name, channel.name))
 
     def channel_deleted(self, channel: Channel) -> None:
         self._touched(channel)
-        self._send(encode_unregister(channel.topic.name, channel.name))
+        self._send(encode_unregister(channel.topic_name, channel.name))
 
     def _touched(self, channel: Channel) -> None:
-        touched = self._precreating.get(channel.topic)
-        if touched is not None:
-            touched.add(channel.name)
+        pending = self._precreating.get(channel.topic_name)
+        if pending is not None:
+            pending[1].add(channel.name)
 
     # -- channel pre-creation ---------------------------------------------------------
 
     async def _precreate(self, topic: Topic, addresses: list[tuple[str, int]]) -> None:
         # nsqd does this before the publish that created the topic returns; here the
         # publish has returned, so channels may have come and gone meanwhile: leave them.
-        touched = self._precreating[topic]
+        touched = self._precreating[topic.name][1]
         try:
             names = await self._lookupd_channels(topic.name, addresses)
             if self.broker.topics.get(topic.name) is topic:
@@ -352,7 +352,8 @@ class LookupdRegistration:
                     if not is_ephemeral(name) and name not in touched:
                         topic.get_channel(name)
         finally:
-            del self._precreating[topic]
+            if self._precreating.get(topic.name, (None,))[0] is topic:
+                del self._precreating[topic.name]
             topic.release()
 
     async def _lookupd_channels(self, topic: str, addresses: list[tuple[str, int]]) -> list[str]:
