@@ -15,7 +15,6 @@ PACKAGE_NAME = "airflow-provider-nsq"
 INTEGRATION = "NSQ"
 CONN_TYPE = "nsq"
 HOOK_CLASS_NAME = "airflow_provider_nsq.hooks.nsq.NSQHook"
-DEFAULT_PORT = 4150
 
 
 def _field(label: str, json_type: str, description: str, **schema: Any) -> dict[str, Any]:
@@ -104,7 +103,16 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "http_port": _field(
         "nsqd HTTP port",
         "integer",
-        "nsqd's HTTP API port (4151 by default), for tools that use the HTTP API.",
+        "nsqd's HTTP API port (4151 by default). Recommended: the sensor reads a channel's "
+        "depth from /stats there and waits without taking (and redelivering) messages.",
+        minimum=1,
+        maximum=65535,
+    ),
+    "https_port": _field(
+        "nsqd HTTPS port",
+        "integer",
+        "nsqd's HTTPS API port (--https-address); used instead of the HTTP port when TLS is "
+        "on, with the same CA and client certificate.",
         minimum=1,
         maximum=65535,
     ),
@@ -133,7 +141,7 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "relabeling": {"host": "nsqd host", "port": "nsqd TCP port", "password": "AUTH secret"},
     "placeholders": {
         "host": "nsqd.example.com",
-        "port": str(DEFAULT_PORT),
+        "port": "4150",  # shown only; the default is client.address.DEFAULT_NSQD_TCP_PORT
         "password": "secret for nsqd --auth-http-address (leave empty without AUTH)",
         "tls_ca_file": "/etc/ssl/nsq/ca.pem",
         "compression": "none",

@@ -9,18 +9,19 @@ sensors make: publish, deferred publish, batch publish and one consume window.
 from __future__ import annotations
 
 import datetime
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
 from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
+from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
+from ..client.setting_values import parse_bool, parse_int, parse_seconds
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
 from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
-from ..provider_info import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, UI_FIELD_BEHAVIOUR
+from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 #: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
 #: Extras that configure the hook, not the TCP client.
-_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "http_port")
+_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "http_port", "https_port")
 #: Longest wait test_connection() allows itself, whatever the connection says.
 _TEST_CONNECTION_TIMEOUT_S = 10.0
 
@@ -44,41 +45,21 @@ def _bad(conn_id: str, key: str, why: str) -> NSQConnectionConfigError:
     return NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra {key!r} {why}")
 
 
+_PARSERS = {"boolean": parse_bool, "integer": parse_int, "number": parse_seconds}
+
+
 def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
     """One extra's value, converted to the type its conn-field declares.
 
     Strings are accepted for every type, because the URI form only has strings:
     ``tls=true``, ``deflate_level=6``.
     """
-    kind = CONN_FIELDS[key]["schema"]["type"][0]
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise _bad(conn_id, key, f"must be true or false, got {value!r}")
-    if kind == "integer":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip(), 10)
-            except ValueError:
-                pass
-        raise _bad(conn_id, key, f"must be a whole number, got {value!r}")
-    if kind == "number":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            result = float(value)
-        elif isinstance(value, str):
-            try:
-                result = float(value.strip())
-            except ValueError:
-                raise _bad(conn_id, key, f"must be a number, got {value!r}") from None
-        else:
-            raise _bad(conn_id, key, f"must be a number, got {value!r}")
-        if not math.isfinite(result) or result <= 0:
-            raise _bad(conn_id, key, f"must be a number of seconds > 0, got {value!r}")
-        return result
+    parse = _PARSERS.get(CONN_FIELDS[key]["schema"]["type"][0])
+    if parse is not None:
+        try:
+            return parse(value)
+        except NSQValueError as exc:
+            raise _bad(conn_id, key, str(exc)) from None
     if key == "lookupd_http_addresses":
         if isinstance(value, str):
             return [a.strip() for a in value.split(",") if a.strip()]
@@ -129,12 +110,11 @@ def client_config_from_connection(conn: Connection, extras: Mapping[str, Any]) -
     conn_id = conn.conn_id or "<unnamed>"
     parsed = parse_extras(conn_id, extras)
     settings = {k: v for k, v in parsed.items() if k not in _HOOK_ONLY_EXTRAS}
-    host = (conn.host or "").strip() or "127.0.0.1"
-    port = conn.port if conn.port is not None else DEFAULT_PORT
+    if conn.port is not None:
+        settings["port"] = conn.port  # else the client's default, nsqd's 4150
     try:
         return ClientConfig(
-            host=host,
-            port=port,
+            host=(conn.host or "").strip() or "127.0.0.1",
             auth_secret=conn.password or None,
             **settings,
         )
@@ -169,15 +149,15 @@ def delay_to_ms(delay: object, what: str = "delay") -> int:
 
 def duration_to_seconds(value: object, what: str) -> float:
     """A wait as float seconds: a number of seconds or a ``timedelta``; must be > 0."""
-    if isinstance(value, datetime.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise NSQValueError(f"{what} must be a timedelta or seconds (float), got {value!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise NSQValueError(f"{what} must be > 0 seconds, got {value!r}")
-    return seconds
+    try:
+        return parse_seconds(value)
+    except NSQValueError as exc:
+        raise NSQValueError(f"{what} {exc}") from None
+
+
+def is_templated(value: object) -> bool:
+    """True for a string Airflow will render (``{{ ... }}``): validate it after rendering."""
+    return isinstance(value, str) and "{{" in value
 
 
 class NSQHook(BaseHook):
@@ -282,6 +262,46 @@ class NSQHook(BaseHook):
         """The ``http_port`` extra (nsqd's HTTP API port), or None."""
         self.get_client_config()
         return self._extras.get("http_port")
+
+    @property
+    def https_port(self) -> int | None:
+        """The ``https_port`` extra (nsqd's HTTPS API port), or None."""
+        self.get_client_config()
+        return self._extras.get("https_port")
+
+    # -- nsqd's HTTP API: how many messages wait, without taking any ---------------------
+
+    def get_http_api(self) -> NSQDHTTPClient | None:
+        """nsqd's HTTP API as the connection describes it (``http_port``, or
+        ``https_port`` with TLS on); None when the connection names neither.
+
+        Call :meth:`get_client_config` (or :meth:`aget_client_config` in a trigger) first,
+        or let this read the connection.
+        """
+        config = self.get_client_config()
+        return NSQDHTTPClient.from_config(
+            config,
+            http_port=self._extras.get("http_port"),
+            https_port=self._extras.get("https_port"),
+        )
+
+    def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
+        """What ``channel`` holds, from nsqd's ``/stats``: no message is taken, so no
+        ``attempts`` go up. Creates the channel when it is missing (as a SUB would), so
+        messages published from now on wait for it. None when the connection has no HTTP
+        port; NSQError subclasses when the API cannot be read."""
+        api = self.get_http_api()
+        if api is None:
+            return None
+        return api.channel_depth(topic, channel, create=True)
+
+    async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
+        """:meth:`channel_depth` for triggers (asyncio, no thread)."""
+        await self.aget_client_config()
+        api = self.get_http_api()
+        if api is None:
+            return None
+        return await api.achannel_depth(topic, channel, create=True)
 
     # -- connections ---------------------------------------------------------------
 

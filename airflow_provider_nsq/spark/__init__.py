@@ -8,11 +8,11 @@ and read a topic/channel as a stream (FIN only after Spark committed the batch).
     spark.readStream.format("nsq").option("nsqd", "127.0.0.1:4150") \\
         .option("topic", "events").option("channel", "spark").load()
 
-Importing this package never imports Airflow (executors have only the client);
-:func:`nsq_options_from_connection` imports it lazily, on the driver/DAG side.
+Importing this package never imports Airflow (executors have only the client). On the
+DAG side, options come from an Airflow connection as
+``options_from_client_config(NSQHook(conn_id).get_client_config())``.
 """
 
-from .connection import nsq_options_from_connection
 from .datasource import (
     NSQDataSource,
     NSQPartitionSummary,
@@ -36,7 +36,6 @@ __all__ = [
     "NSQWriteError",
     "NSQWriteOptions",
     "NSQWriter",
-    "nsq_options_from_connection",
     "options_from_client_config",
     "register",
 ]
