@@ -7,16 +7,16 @@ raised before a connection is opened; the result is a small picklable value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import ClientConfig
+from ..client.setting_values import parse_int, parse_seconds
 from ..protocol.errors import NSQError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
-from .options import _CLIENT_OPTIONS, NSQOptionError
+from .options import _CLIENT_OPTIONS, NSQOptionError, _option
 
 DEFAULT_MAX_MESSAGES_PER_BATCH = 100_000
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
@@ -52,22 +52,9 @@ _NOT_FOR_READING = {
 
 
 def _int(name: str, raw: str, minimum: int) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise NSQOptionError(name, f"expected a whole number, got {raw!r}") from None
+    value = _option(name, parse_int, raw)
     if value < minimum:
-        raise NSQOptionError(name, f"expected a whole number >= {minimum}, got {raw!r}")
-    return value
-
-
-def _seconds(name: str, raw: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise NSQOptionError(name, f"expected a number of seconds > 0, got {raw!r}")
+        raise NSQOptionError(name, f"must be a whole number >= {minimum}, got {raw!r}")
     return value
 
 
@@ -169,7 +156,7 @@ class NSQReadOptions:
                 )
         batch_timeout = DEFAULT_BATCH_TIMEOUT_S
         if "batch_timeout" in given:
-            batch_timeout = _seconds("batch_timeout", given["batch_timeout"])
+            batch_timeout = _option("batch_timeout", parse_seconds, given["batch_timeout"])
         min_partitions = DEFAULT_MIN_PARTITIONS
         if "min_partitions" in given:
             min_partitions = _int("min_partitions", given["min_partitions"], 1)
@@ -177,7 +164,7 @@ class NSQReadOptions:
         client: dict[str, Any] = {}
         for key, parse in _CLIENT_OPTIONS.items():
             if key in given:
-                client[key] = parse(key, given[key])
+                client[key] = _option(key, parse, given[key])
         if "msg_timeout_ms" in given:
             client["msg_timeout_ms"] = _int("msg_timeout_ms", given["msg_timeout_ms"], 0)
         parsed = cls(
