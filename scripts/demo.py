@@ -1,10 +1,13 @@
 """``make demo``: the whole NSQ -> Airflow -> Spark -> NSQ pipeline on this machine.
 
 Starts the embedded nsqd (or uses ``NSQD_ADDRESS``), points Airflow at a throw-away home,
-runs the example DAGs from ``example_dags/nsq_gate_spark_job.py`` with ``dag.test()``
-(the producer, then the gate: NSQSensor -> stage -> spark-submit in local mode ->
-announce), reads the results back from NSQ and prints a summary. Exit status 0 when
-everything worked; a missing Java or a busy port is one sentence on stderr and status 1.
+runs the example DAGs with ``dag.test()``: the producer
+(``example_dags/nsq_gate_spark_job.py``), then the XCom gate (NSQSensor -> stage ->
+spark-submit in local mode -> announce), then the stream gate
+(``example_dags/nsq_stream_gate_spark_job.py``: a depth-only sensor -> spark-submit that
+drains the channel with ``readStream.format("nsq")`` -> announce). It reads the results
+back from NSQ and prints a summary. Exit status 0 when everything worked; a missing Java
+or a busy port is one sentence on stderr and status 1.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DAG_FILE = ROOT / "example_dags" / "nsq_gate_spark_job.py"
+STREAM_DAG_FILE = ROOT / "example_dags" / "nsq_stream_gate_spark_job.py"
+# Each gate reads its own durable channel of the events topic (each gets every event).
+XCOM_CHANNEL, STREAM_CHANNEL = "spark-gate", "spark-stream"
 # The demo imports the provider from the checkout even when run outside the venv's install.
 sys.path.insert(0, str(ROOT))
 
@@ -150,7 +156,15 @@ def broker(args: argparse.Namespace) -> Iterator[tuple[str, int, str]]:
 # -- Airflow ----------------------------------------------------------------------------
 
 
-def configure_airflow(home: str, host: str, port: int, verbose: bool) -> None:
+def nsqd_http_port(args: argparse.Namespace, tcp_port: int) -> int:
+    """nsqd's HTTP port: the embedded one's, or NSQD_HTTP_ADDRESS (default TCP port + 1)."""
+    if not os.environ.get("NSQD_ADDRESS"):
+        return int(args.http_port)
+    http = os.environ.get("NSQD_HTTP_ADDRESS")
+    return split_address(http)[1] if http else tcp_port + 1
+
+
+def configure_airflow(home: str, host: str, port: int, http_port: int, verbose: bool) -> None:
     """Environment for dag.test(); must happen before anything imports Airflow."""
     os.environ.update(
         {
@@ -159,7 +173,8 @@ def configure_airflow(home: str, host: str, port: int, verbose: bool) -> None:
             # dag.test() needs the DAG file inside the dags folder.
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
             "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW_CONN_NSQ_DEFAULT": f"nsq://{host}:{port}",
+            # http_port: the gates read a channel's depth from /stats, taking nothing.
+            "AIRFLOW_CONN_NSQ_DEFAULT": f"nsq://{host}:{port}?http_port={http_port}",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
             # Spark's Python workers must be this interpreter (it has the provider).
             "PYSPARK_PYTHON": sys.executable,
@@ -201,8 +216,8 @@ def show_task_progress() -> None:
     get_listener_manager().add_listener(TaskProgress())
 
 
-def load_dags() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nsq_gate_spark_job", DAG_FILE)
+def load_dags(path: Path = DAG_FILE) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -260,7 +275,7 @@ def run(args: argparse.Namespace) -> None:
                 "results_topic": f"pipeline.results{suffix}",
                 "done_topic": f"pipeline.done{suffix}",
             }
-            configure_airflow(home, host, port, args.verbose)
+            configure_airflow(home, host, port, nsqd_http_port(args, port), args.verbose)
 
             step(f"Creating the Airflow metadata DB in {home}")
             from airflow.utils import db
@@ -271,7 +286,14 @@ def run(args: argparse.Namespace) -> None:
             ):
                 db.resetdb()
             dags = load_dags()
+            stream_dags = load_dags(STREAM_DAG_FILE)
             show_task_progress()
+
+            # Both channels exist before the first event, so each gets every event.
+            from airflow_provider_nsq.hooks.nsq import NSQHook
+
+            for channel in (XCOM_CHANNEL, STREAM_CHANNEL):
+                NSQHook("nsq_default").channel_depth(topics["events_topic"], channel)
 
             step(f"Producer DAG: publishing {args.events} events to {topics['events_topic']}")
             produced = run_dag(
@@ -285,7 +307,7 @@ def run(args: argparse.Namespace) -> None:
                 "stage JSON Lines -> spark-submit (local[*]) -> "
                 f"{topics['results_topic']} -> {topics['done_topic']}"
             )
-            gated = run_dag(dags.gate_dag, {**topics, "channel": "spark-gate"})
+            gated = run_dag(dags.gate_dag, {**topics, "channel": XCOM_CHANNEL})
             received = len(xcom(gated, "wait_for_events") or [])
             staged = xcom(gated, "stage_events") or {}
 
@@ -301,7 +323,7 @@ def run(args: argparse.Namespace) -> None:
             print()
             print("Summary")
             print(f"  events published             {published:>6}  ({topics['events_topic']})")
-            print(f"  messages the gate received   {received:>6}  (channel spark-gate)")
+            print(f"  messages the gate received   {received:>6}  (channel {XCOM_CHANNEL})")
             print(f"  events staged for Spark      {staged.get('events', 0):>6}")
             print(f"  rows Spark aggregated        {aggregated:>6}  ({len(results)} pipelines)")
             print(f"  result messages read back    {len(results):>6}  ({topics['results_topic']})")
@@ -320,12 +342,52 @@ def run(args: argparse.Namespace) -> None:
                     f"Expected {expected} result messages and 1 done message, read "
                     f"{len(results)} and {len(done)}."
                 )
+
+            step(
+                "Stream gate DAG (about 40 s): channel depth from /stats (nothing taken) -> "
+                "spark-submit: readStream.format('nsq'), availableNow, drains "
+                f"{topics['events_topic']}/{STREAM_CHANNEL} -> {topics['results_topic']}"
+            )
+            streamed = run_dag(stream_dags.stream_gate_dag, {**topics, "channel": STREAM_CHANNEL})
+            job = xcom(streamed, "read_job_summary") or {}
+            stream_results = read_back(host, port, topics["results_topic"], expected)
+            stream_done = read_back(host, port, topics["done_topic"], 1)
+            stream_rows = sum(int(r.get("events", 0)) for r in stream_results)
+            print()
+            print("Summary (stream gate)")
+            print(
+                f"  events Spark drained itself  {job.get('events_received', 0):>6}  "
+                f"(channel {STREAM_CHANNEL}; none went through XCom)"
+            )
+            print(
+                f"  rows Spark aggregated        {stream_rows:>6}  ({len(stream_results)} pipelines)"
+            )
+            print(
+                f"  result messages read back    {len(stream_results):>6}  ({topics['results_topic']})"
+            )
+            print(
+                "  done message                 "
+                f"{json.dumps(stream_done[0]) if stream_done else 'missing'}"
+            )
+            if job.get("events_received") != published or stream_rows != published:
+                raise DemoError(
+                    "The stream gate's counts do not line up (see the summary); rerun with "
+                    "--verbose."
+                )
+            if len(stream_results) != expected or len(stream_done) != 1:
+                raise DemoError(
+                    f"Expected {expected} result messages and 1 done message from the stream "
+                    f"gate, read {len(stream_results)} and {len(stream_done)}."
+                )
     finally:
         if args.keep:
             print(f"    kept {home}", flush=True)
         else:
             shutil.rmtree(home, ignore_errors=True)
-    print("\nDemo finished: NSQ gated the Spark job and its results came back through NSQ.")
+    print(
+        "\nDemo finished: NSQ gated both Spark jobs (one fed through XCom, one reading NSQ "
+        "itself) and their results came back through NSQ."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
