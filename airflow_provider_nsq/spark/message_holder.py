@@ -23,8 +23,11 @@ import logging
 import math
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
+from itertools import accumulate
+from operator import attrgetter
 from typing import Protocol
 
 from ..client.message import NSQMessage
@@ -58,6 +61,19 @@ class Consumer(Protocol):
     def close(self, requeue: list[NSQMessage] = ...) -> None: ...
 
 
+_BODY = attrgetter("body")
+
+
+class _Chunk:
+    """Messages delivered together and not yet batched, with their bodies' total size."""
+
+    __slots__ = ("messages", "size")
+
+    def __init__(self, messages: list[NSQMessage], size: int) -> None:
+        self.messages = messages
+        self.size = size
+
+
 class _Delivery:
     """Messages that arrived together, and when they were last (re)started in flight."""
 
@@ -85,7 +101,7 @@ class MessageHolder:
         self._seen_bytes = 0
         self._window = 0  # the RDY window last sent
         self._cond = threading.Condition()
-        self._pending: deque[NSQMessage] = deque()  # delivered, not yet in a batch
+        self._pending: deque[_Chunk] = deque()  # delivered, not yet in a batch
         self._pending_bytes = 0
         self._deliveries: deque[_Delivery] = deque()  # everything not yet answered
         self._work: list[Callable[[], None]] = []
@@ -132,39 +148,56 @@ class MessageHolder:
         max_bytes: int,
         until: float | None = None,
         idle: float | None = None,
-        admit: Callable[[NSQMessage], bool] | None = None,
+        published_before: int | None = None,
     ) -> list[NSQMessage]:
         """The next batch: delivered messages in arrival order, at most ``max_messages``
         and ``max_bytes`` of bodies (at least one message, however big).
 
         It waits for the batch to fill until the ``time.monotonic()`` deadline ``until``,
         and, with ``idle``, no longer than ``idle`` seconds without a new message (the
-        channel has run dry). Messages ``admit`` refuses stay held, unbatched, until
-        :meth:`close` REQs them; they do not count as new.
+        channel has run dry). With ``published_before`` (ns since the epoch), a message
+        published later is not batched: it stays held until :meth:`close` REQs it, and
+        does not count as new.
         """
         if until is None and idle is None:
             raise ValueError("take() needs a deadline or an idle time")
         batch: list[NSQMessage] = []
         size = 0
-        full = False
         progress = time.monotonic()
         with self._cond:
             while True:
                 self._raise_failure()
-                pending = self._pending
                 taken = len(batch)
-                while pending and len(batch) < max_messages:
-                    n = len(pending[0].body)
-                    if batch and size + n > max_bytes:
-                        full = True
-                        break
-                    message = pending.popleft()
-                    self._pending_bytes -= n
-                    if admit is not None and not admit(message):
+                full = False
+                pending = self._pending
+                while pending and not full:
+                    chunk = pending.popleft()
+                    self._pending_bytes -= chunk.size
+                    messages = chunk.messages
+                    if published_before is not None:
+                        messages = [m for m in messages if m.timestamp <= published_before]
+                    # The whole chunk when it fits (the usual case), else the part that does.
+                    fits = len(messages) <= max_messages - len(batch)
+                    chunk_size = chunk.size if len(messages) == len(chunk.messages) else -1
+                    if fits and chunk_size >= 0 and size + chunk_size <= max_bytes:
+                        batch += messages
+                        size += chunk_size
                         continue
-                    batch.append(message)
-                    size += n
-                if full or len(batch) >= max_messages:
+                    sizes = list(accumulate(map(len, map(_BODY, messages))))
+                    count = min(max_messages - len(batch), bisect_right(sizes, max_bytes - size))
+                    if not batch and not count and messages:
+                        count = 1  # one message bigger than max_bytes: a batch of its own
+                    batch += messages[:count]
+                    size += sizes[count - 1] if count else 0
+                    rest = messages[count:]
+                    if rest:
+                        full = True
+                        left = _Chunk(rest, sum(map(len, map(_BODY, rest))))
+                        pending.appendleft(left)
+                        self._pending_bytes += left.size
+                    if len(batch) >= max_messages:
+                        full = True
+                if full:
                     break
                 now = time.monotonic()
                 if len(batch) > taken:
@@ -186,7 +219,7 @@ class MessageHolder:
     def pending(self) -> int:
         """Messages delivered and not yet taken into a batch."""
         with self._cond:
-            return len(self._pending)
+            return sum(len(c.messages) for c in self._pending)
 
     def _run(self, work: Callable[[], None], timeout: float, what: str) -> None:
         done = threading.Event()
@@ -240,13 +273,11 @@ class MessageHolder:
                     next_touch_check = now + min(1.0, touch_after / 4)
                 got = consumer.read(POLL_INTERVAL_S)
                 if got:
-                    size = 0
-                    for m in got:
-                        size += len(m.body)
+                    size = sum(map(len, map(_BODY, got)))
                     self._seen_messages += len(got)
                     self._seen_bytes += size
                     with self._cond:
-                        self._pending.extend(got)
+                        self._pending.append(_Chunk(got, size))
                         self._pending_bytes += size
                         self._deliveries.append(_Delivery(got, time.monotonic()))
                         self._cond.notify_all()

@@ -58,6 +58,7 @@ from pyspark.sql.types import (
 )
 
 from ..client.message import NSQMessage
+from ..protocol.errors import NSQValueError
 from .message_holder import MessageHolder
 from .reader_options import NSQReadOptions
 from .static_consumer import StaticNSQDConsumer, message_nsqd
@@ -254,6 +255,14 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cutoff_ns = time.time_ns()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if isinstance(limit, ReadAllAvailable):
+            # Only trigger(once=True) asks for that here (availableNow is implemented).
+            # Spark stops right after that batch, without a later call telling the reader
+            # it was committed: its messages would be REQ'd and read again every run.
+            raise NSQValueError(
+                "the nsq stream reader does not support trigger(once=True): its only batch "
+                "could never be FIN'd; use trigger(availableNow=True)"
+            )
         run = self._state()
         # Spark plans a batch only after committing the previous one, and never calls
         # commit() for the last batch of a query: FIN it here.
@@ -267,15 +276,14 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_messages = max(1, limit.max_rows)
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = max(1, limit.max_bytes)
-        elif isinstance(limit, ReadAllAvailable):
-            max_messages = opts.max_in_flight  # all it can hold; bytes stay bounded
-        cutoff = self._cutoff_ns
-        admit = (lambda m: m.timestamp <= cutoff) if cutoff is not None else None
         if self._available_now:
             # Drain: fill each batch; the channel is dry after batch_timeout without a
             # message, and an empty batch ends the query.
             messages = run.holder.take(
-                max_messages, max_bytes, idle=opts.batch_timeout, admit=admit
+                max_messages,
+                max_bytes,
+                idle=opts.batch_timeout,
+                published_before=self._cutoff_ns,
             )
         else:
             # Stream: a batch is what arrived within batch_timeout of the previous cut.

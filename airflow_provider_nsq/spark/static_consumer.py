@@ -17,6 +17,8 @@ import math
 import select
 import ssl
 from collections.abc import Sequence
+from itertools import groupby
+from operator import attrgetter
 
 from ..client.blocking import NSQConnection
 from ..client.config import ClientConfig
@@ -159,15 +161,16 @@ class StaticNSQDConsumer:
 def _by_connection(
     messages: Sequence[NSQMessage],
 ) -> list[tuple[NSQConnection, list[NSQMessage]]]:
+    """Group ``messages`` by the connection that delivered them (closed ones skipped:
+    nsqd redelivers their messages anyway)."""
     groups: dict[int, tuple[NSQConnection, list[NSQMessage]]] = {}
-    for m in messages:
-        conn = m._conn
+    # Messages come in runs from one connection: group the runs, not each message.
+    for conn, run in groupby(messages, key=_CONN):
         entry = groups.get(id(conn))
         if entry is None:
             groups[id(conn)] = entry = (conn, [])
-        entry[1].append(m)
-    out = []
-    for conn, group in groups.values():
-        if conn.connected:
-            out.append((conn, group))
-    return out
+        entry[1].extend(run)
+    return [(conn, group) for conn, group in groups.values() if conn.connected]
+
+
+_CONN = attrgetter("_conn")

@@ -267,3 +267,20 @@ def test_bad_options_fail_on_the_driver_before_reading(
     with pytest.raises(Exception, match=f"nsq data source option {option_named}"):
         spark.readStream.format("nsq").options(**given).load()
     assert nsqd.topic_stats(nsq_topic) is None  # no connection ever subscribed
+
+
+def test_trigger_once_is_refused_and_leaves_the_messages(
+    spark: Any, nsqd: Any, nsq_topic: str, tmp_path: Path
+) -> None:
+    publish(nsqd, nsq_topic, [b"once"])
+    query = (
+        stream(spark, nsqd, nsq_topic)
+        .writeStream.format("noop")
+        .trigger(once=True)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    with pytest.raises(Exception, match="availableNow"):
+        query.awaitTermination(120)
+    stats = nsqd.channel_stats(nsq_topic, CHANNEL)
+    assert (stats["depth"], stats["in_flight_count"], stats["requeue_count"]) == (1, 0, 0)
