@@ -178,9 +178,6 @@ class _Run:
         messages_to_arrow([], options.topic, options.channel)  # pyarrow's first call is slow
         self.batches: dict[int, _Batch] = {}
         self.window_start = time.monotonic()
-        self.cutoff_ns: int | None = None  # availableNow: admit messages published before
-        self.set_aside = 0
-        self.finished = 0
 
     def owns(self, offset: dict[str, Any]) -> bool:
         return offset.get("run") == self.token
@@ -193,7 +190,6 @@ class _Run:
         for batch in done:
             self.holder.finish(batch.messages)
             del self.batches[batch.number]
-            self.finished += len(batch.messages)
             log.info("nsq: FIN'd the %s messages of batch %s", len(batch.messages), batch.number)
 
     def planned_after(self, start: dict[str, Any]) -> _Batch | None:
