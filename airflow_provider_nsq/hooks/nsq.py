@@ -360,11 +360,15 @@ class NSQHook(BaseHook):
         :return: ``{"topic", "messages": <count>, "bytes": <total body size>}``.
         """
         validate_topic_name(topic)
-        if isinstance(messages, (str, bytes, dict)):
+        if isinstance(messages, (str, bytes, bytearray, memoryview, dict)):
             raise NSQValueError(
                 f"messages must be a list of messages, got a single {type(messages).__name__}"
             )
-        bodies = [encode_body(m) for m in messages]
+        if not isinstance(messages, Iterable):
+            raise NSQValueError(
+                f"messages must be a list of messages, got {type(messages).__name__}"
+            )
+        bodies = [encode_body(m, f"message {i}") for i, m in enumerate(messages)]
         if not bodies:
             raise NSQValueError("multi_publish needs at least one message")
         total = sum(map(len, bodies))

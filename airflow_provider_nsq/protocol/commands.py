@@ -203,7 +203,17 @@ def split_mpub(
     Every body is checked first (non-empty, at most ``max_msg_size``, and small enough to
     travel alone in an MPUB), so a bad message is reported before any batch is sent.
     """
-    items = bodies if isinstance(bodies, list) else list(bodies)
+    if isinstance(bodies, list):
+        items = bodies
+    elif isinstance(bodies, (bytes, bytearray, memoryview, str)) or not isinstance(
+        bodies, Iterable
+    ):
+        raise NSQValueError(
+            f"MPUB messages must be a list of bodies, got {type(bodies).__name__}"
+            + (" (a single message)" if isinstance(bodies, (bytes, str)) else "")
+        )
+    else:
+        items = list(bodies)
     items = list(_checked_bodies(items, max_msg_size, "message"))
     if not items:
         return []
