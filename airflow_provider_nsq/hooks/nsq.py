@@ -78,6 +78,9 @@ def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
             raise _bad(conn_id, key, f"must be a number, got {value!r}")
         if not math.isfinite(result) or result <= 0:
             raise _bad(conn_id, key, f"must be a number of seconds > 0, got {value!r}")
+        maximum = CONN_FIELDS[key]["schema"].get("maximum")
+        if maximum is not None and result > maximum:
+            raise _bad(conn_id, key, f"must be at most {maximum:g} seconds, got {value!r}")
         return result
     if key == "lookupd_http_addresses":
         if isinstance(value, str):
