@@ -412,6 +412,11 @@ class AsyncNSQConnection(DriverBase):
         self._respond_all((message,), command, delay_ms)
         self._schedule_flush()
 
+    async def ping(self) -> None:
+        """See :meth:`NSQConnection.ping`."""
+        self._require_core().ping()
+        await self._request()
+
     async def start_close(self) -> None:
         """CLS and wait for CLOSE_WAIT."""
         self._require_core().cls()

@@ -18,7 +18,7 @@ from airflow.sdk import BaseHook
 from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
-from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
+from ..protocol.errors import NSQAuthError, NSQError, NSQServerError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
 from ..provider_info import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, UI_FIELD_BEHAVIOUR
 
@@ -485,19 +485,34 @@ class NSQHook(BaseHook):
     # -- the connection form's Test button -----------------------------------------
 
     def test_connection(self) -> tuple[bool, str]:
-        """Connect, run the handshake (TLS, compression, AUTH) and report nsqd's version.
+        """Connect, run the handshake (TLS, compression, AUTH), check that nsqd then
+        accepts commands as it will for a task, and report nsqd's version.
 
-        Never raises; never shows the AUTH secret. Bounded by the connection's
-        ``connect_timeout`` (at most 10 s).
+        The check is a round trip nsqd refuses where a task's PUB or SUB would be refused
+        on the same grounds (e.g. ``--tls-required`` with ``tls`` off): a handshake alone
+        succeeds there. Never raises; never shows the AUTH secret. Bounded by the
+        connection's ``connect_timeout`` and ``read_timeout`` (at most 10 s each).
         """
         secret: str | None = None
         try:
             config = self.get_client_config()
             secret = config.auth_secret
             config = config.replace(
-                connect_timeout=min(config.connect_timeout, _TEST_CONNECTION_TIMEOUT_S)
+                connect_timeout=min(config.connect_timeout, _TEST_CONNECTION_TIMEOUT_S),
+                read_timeout=min(config.read_timeout, _TEST_CONNECTION_TIMEOUT_S),
             )
             with NSQConnection(config) as conn:
+                try:
+                    conn.ping()
+                except NSQServerError as exc:
+                    hint = ""
+                    if "TLS required" in exc.description:
+                        hint = "; nsqd requires TLS: turn on the connection's tls extra"
+                    return False, _scrub(
+                        f"nsqd at {config.address} completed the handshake but refuses "
+                        f"commands: {exc}{hint}",
+                        secret,
+                    )
                 info = conn.server_info
                 version = info.get("version", "(version unknown: feature negotiation is off)")
                 auth = conn.auth_info

@@ -79,7 +79,11 @@ _ALLOWED: dict[str, frozenset[ConnectionState]] = {
     "MPUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
     "DPUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
     "NOP": frozenset({_HANDSHAKING, _READY, _SUBSCRIBED, _CLOSING}),
+    "PING": frozenset({_READY}),  # its IDENTIFY is refused once subscribed
 }
+
+# IDENTIFY fields that negotiate an upgrade: a ping's IDENTIFY leaves them out.
+_UPGRADE_FIELDS = frozenset({"feature_negotiation", "tls_v1", "snappy", "deflate", "deflate_level"})
 
 
 # Events. Messages are delivered as the Message objects themselves (the hot path).
@@ -382,6 +386,16 @@ class ClientConnection:
     def nop(self) -> None:
         self._check("NOP")
         self._queue(commands.NOP)
+
+    def ping(self) -> None:
+        """A round trip that shows nsqd accepts commands on this connection: ``NOP`` (which
+        nsqd refuses, fatally, when it requires TLS and the connection has none), then an
+        IDENTIFY that repeats this connection's settings without any upgrade, which nsqd
+        answers ``OK``. The reply is matched as ``PING``; a refusal fails it."""
+        self._check("PING")
+        fields = {k: v for k, v in (self._identify or {}).items() if k not in _UPGRADE_FIELDS}
+        self._queue(commands.NOP)
+        self._queue(commands.encode_identify(fields), "PING")
 
     def cls(self) -> None:
         self._check("CLS")
