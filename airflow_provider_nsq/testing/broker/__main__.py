@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="nsqd-style auth server HOST:PORT or URL (repeatable)",
     )
+    add(
+        "--lookupd-tcp-address",
+        action="append",
+        default=None,
+        help="nsqlookupd TCP HOST:PORT to register with (repeatable)",
+    )
+    add("--broadcast-tcp-port", type=int, default=None, help="TCP port told to lookupds")
+    add("--broadcast-http-port", type=int, default=None, help="HTTP port told to lookupds")
     add("--log-level", default="info", choices=["debug", "info", "warn", "warning", "error"])
     return p
 
@@ -172,10 +180,14 @@ def options_from_args(args: argparse.Namespace) -> BrokerOptions:
         "tls_client_auth_policy",
         "tls_min_version",
         "auth_http_address",
+        "broadcast_tcp_port",
+        "broadcast_http_port",
     ):
         value = getattr(args, name)
         if value is not None:
             kwargs[name] = value
+    if args.lookupd_tcp_address:
+        kwargs["lookupd_tcp_addresses"] = args.lookupd_tcp_address
     return BrokerOptions(**kwargs)  # type: ignore[arg-type]
 
 

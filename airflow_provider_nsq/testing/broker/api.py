@@ -11,11 +11,11 @@ against a real nsqd.
 from __future__ import annotations
 
 import functools
-import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.names import is_valid_name
 
 from ..http_api import (
@@ -29,6 +29,8 @@ from ..http_api import (
 )
 from ..http_server import Handler, Request, Response
 from .channel import QueueFull
+from .commands import read_mpub
+from .errors import ClientError
 
 if TYPE_CHECKING:
     from .server import Broker
@@ -136,25 +138,17 @@ def mpub(broker: Broker, request: Request) -> str:
 
 def _binary_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     # nsqd reuses readMPUB and answers 413 with the TCP error code minus "E_".
-    if len(body) < 4:
-        raise APIError(413, "BAD_BODY")
-    (count,) = struct.unpack_from(">i", body, 0)
-    if count <= 0 or count > (max_body_size - 4) // 5:
-        raise APIError(413, "BAD_BODY")
-    pos = 4
-    out = []
-    for _ in range(count):
-        if len(body) - pos < 4:
-            raise APIError(413, "BAD_MESSAGE")
-        (size,) = struct.unpack_from(">i", body, pos)
-        if size <= 0 or size > max_msg_size:
-            raise APIError(413, "BAD_MESSAGE")
-        pos += 4
-        if len(body) - pos < size:
-            raise APIError(413, "BAD_MESSAGE")
-        out.append(body[pos : pos + size])
-        pos += size
-    return out
+    reader = CommandReader()
+    reader.feed(body)
+    reading = read_mpub(reader, max_msg_size, max_body_size)
+    try:
+        _, code, _ = next(reading)  # it needs more bytes than the body has
+    except StopIteration as done:
+        bodies: list[bytes] = done.value
+        return bodies
+    except ClientError as err:
+        code = err.code
+    raise APIError(413, code.removeprefix("E_"))
 
 
 def stats(broker: Broker, request: Request) -> dict[str, Any] | str:

@@ -31,9 +31,11 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.compression import DeflateCodec, SnappyCodec
-from airflow_provider_nsq.protocol.constants import HEARTBEAT, MAGIC_V2, FrameType
-from airflow_provider_nsq.protocol.frames import encode_frame
+from airflow_provider_nsq.protocol.constants import HEARTBEAT
+from airflow_provider_nsq.protocol.errors import NSQProtocolError
+from airflow_provider_nsq.protocol.frames import encode_error, encode_message, encode_response
 
 from .auth import AuthState, call_authorizer, query_any
 from .commands import HANDLERS, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
@@ -53,8 +55,6 @@ READ_BUFFER_SIZE = 16 * 1024
 DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
 DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 
-_MSG_HEADER = struct.Struct(">IIqH")  # size, frame type, timestamp, attempts
-_pack_msg_header = _MSG_HEADER.pack
 _TLS_REQUIRED_SUFFIX = b" in current state (TLS required)"
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
@@ -73,10 +73,8 @@ class ClientConnection(asyncio.Protocol):
         self.state = STATE_INIT
         self.closed = False
         # reading
-        self.rbuf = bytearray()
-        self.rpos = 0
+        self.reader = CommandReader(READ_BUFFER_SIZE)
         self.read_error: tuple[str, str] | None = None  # what to say if the body never comes
-        self._cmd_start = 0
         self._magic_ok = False
         self._gen: Generator[Any, Any, bytes | None] | None = None
         self._need = 0
@@ -158,17 +156,18 @@ class ClientConnection(asyncio.Protocol):
                 log.info("[%s] failed to read command - %s", self, exc)
                 self.close_connection()
                 return
-        self.rbuf += data
+        reader = self.reader
+        reader.feed(data)
         if not self._magic_ok:
-            if len(self.rbuf) < 4:
+            magic = reader.read_magic()
+            if magic is None:
                 return
-            if self.rbuf[:4] != MAGIC_V2:
-                log.info("client(%s) bad protocol magic %r", self, bytes(self.rbuf[:4]))
-                self._cmd_start = len(self.rbuf)  # nsqd read only 4 bytes: no RST for this
-                self._fatal(ClientError("E_BAD_PROTOCOL"))
+            if not magic:
+                log.info("client(%s) bad protocol magic", self)
+                # nsqd read only the 4 bytes: a clean close, never an RST, for this.
+                self._fatal(ClientError("E_BAD_PROTOCOL"), reset=False)
                 return
             self._magic_ok = True
-            self.rpos = 4
         self._process()
 
     def eof_received(self) -> bool | None:
@@ -223,19 +222,12 @@ class ClientConnection(asyncio.Protocol):
                 self.channel.dispatch()
         if self._need_flush:
             self._flush()
-        buf = self.rbuf
-        if self.rpos:
-            if self.rpos >= len(buf):
-                buf.clear()
-            else:
-                del buf[: self.rpos]
-            self.rpos = 0
-            self._cmd_start = 0
+        self.reader.compact()
         if self._eof and self._waiting is None:
             self._on_eof()
 
     def _run(self) -> bool:
-        buf = self.rbuf
+        reader = self.reader
         handlers = HANDLERS
         completed = False
         tls_required = self.broker.options.tcp_tls_required
@@ -245,24 +237,20 @@ class ClientConnection(asyncio.Protocol):
         while not self.closed:
             gen = self._gen
             if gen is not None:
-                if self._waiting is not None or len(buf) - self.rpos < self._need:
+                if self._waiting is not None or reader.buffered < self._need:
                     break
                 self._step(gen, None, None)
                 completed = True
                 continue
-            pos = self.rpos
-            nl = buf.find(b"\n", pos)
-            if nl < 0:
-                if len(buf) - pos >= READ_BUFFER_SIZE:
-                    # nsqd's ReadSlice fails with a full buffer: closes without a frame.
-                    log.info("[%s] failed to read command - line too long", self)
-                    self.close_connection()
+            try:
+                params = reader.read_line()
+            except NSQProtocolError as exc:
+                # nsqd's ReadSlice fails with a full buffer: closes without a frame.
+                log.info("[%s] failed to read command - %s", self, exc)
+                self.close_connection()
                 break
-            self.rpos = nl + 1
-            self._cmd_start = pos
-            if nl > pos and buf[nl - 1] == 13:  # optional trailing \r
-                nl -= 1
-            params = bytes(buf[pos:nl]).split(b" ")
+            if params is None:
+                break
             cmd = params[0]
             completed = True
             if cmd == b"FIN" and fast_fin and len(params) > 1:
@@ -314,8 +302,9 @@ class ClientConnection(asyncio.Protocol):
             self.read_error = None
             self._error(err)
             return
-        if type(request) is int:
-            self._need = request
+        if type(request) is tuple:
+            self._need, code, text = request
+            self.read_error = (code, text)
             return
         future = asyncio.ensure_future(request)
         self._waiting = future
@@ -345,7 +334,7 @@ class ClientConnection(asyncio.Protocol):
     # -- writing ----------------------------------------------------------------------------
 
     def send_response(self, data: bytes, flush: bool = False) -> None:
-        frame = encode_frame(FrameType.RESPONSE, data)
+        frame = encode_response(data)
         self._out.append(frame)
         self._out_size += len(frame)
         if flush or not self._in_process:
@@ -358,14 +347,14 @@ class ClientConnection(asyncio.Protocol):
         if err.fatal:
             self._fatal(err)
             return
-        self._out.append(encode_frame(FrameType.ERROR, err.payload))
+        self._out.append(encode_error(err.code, err.text))
         self._flush()
 
-    def _fatal(self, err: ClientError) -> None:
-        self._out.append(encode_frame(FrameType.ERROR, err.payload))
+    def _fatal(self, err: ClientError, reset: bool = True) -> None:
+        self._out.append(encode_error(err.code, err.text))
         self._flush()
-        unread = len(self.rbuf) - self._cmd_start
-        self.close_connection(reset=unread > READ_BUFFER_SIZE)
+        # More unread than nsqd's read buffer holds: its kernel answers with an RST.
+        self.close_connection(reset=reset and self.reader.unread > READ_BUFFER_SIZE)
 
     def _flush(self) -> None:
         out = self._out
@@ -427,8 +416,7 @@ class ClientConnection(asyncio.Protocol):
         push(heap, (now + timeout, token, msg))
         self.in_flight += 1
         self.message_count += 1
-        body = msg.body
-        frame = _pack_msg_header(30 + len(body), 2, msg.timestamp, msg.attempts) + msg.id + body
+        frame = encode_message(msg.timestamp, msg.attempts, msg.id, msg.body)
         size = len(frame)
         limit = self.output_buffer_size
         if self._out_size + size > limit and self._out:
@@ -544,7 +532,7 @@ class ClientConnection(asyncio.Protocol):
         context = self.broker.ssl_context
         assert context is not None
         # nsqd swaps its reader: plaintext bytes pipelined after IDENTIFY are lost.
-        del self.rbuf[self.rpos :]
+        self.reader.take_rest()
         transport = await self.loop.start_tls(
             self.transport, self, context, server_side=True, ssl_handshake_timeout=5.0
         )
@@ -567,13 +555,12 @@ class ClientConnection(asyncio.Protocol):
         """Switch both directions right after the last plain frame (FACTS.md section 8)."""
         codec = SnappyCodec() if kind == "snappy" else DeflateCodec(level)
         self._flush()
-        rest = bytes(self.rbuf[self.rpos :])
-        del self.rbuf[self.rpos :]
+        rest = self.reader.take_rest()
         self._compress = codec.compress
         self._decompress = codec.decompress
         self.compression = kind
         if rest:
-            self.rbuf += codec.decompress(rest)
+            self.reader.feed(codec.decompress(rest))
 
     @property
     def compressed(self) -> bool:

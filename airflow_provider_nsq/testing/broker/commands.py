@@ -2,10 +2,12 @@
 
 Each handler takes the connection and the command line split on single spaces (FACTS.md
 section 1) and either returns the response payload (``None``: no response) or, when it
-must read a body or wait (AUTH, TLS), returns a generator. The generator yields an int
-("I need this many buffered bytes past the read position") or an awaitable (its result
-is sent back in), and returns the response payload. Errors are raised as
-:class:`ClientError` with nsqd's exact code and text (FACTS.md section 3).
+must read a body or wait (AUTH, TLS), returns a generator. The generator yields a
+:data:`Need` ("I need this many buffered bytes past the read position; if the stream
+ends first, say this") or an awaitable (its result is sent back in), and returns the
+response payload. Bytes are read through the connection's
+:class:`~airflow_provider_nsq.protocol.command_reader.CommandReader`. Errors are raised
+as :class:`ClientError` with nsqd's exact code and text (FACTS.md section 3).
 
 Validation order matters and follows nsqd: e.g. PUB checks the topic name and the
 length prefix before reading the body, and AUTH permission only after it; MPUB checks
@@ -16,17 +18,18 @@ by its declared body length (FACTS.md section 6).
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_nsq.protocol.command_reader import BadMessageSize, CommandReader
 from airflow_provider_nsq.protocol.constants import CLOSE_WAIT, MESSAGE_ID_LENGTH, OK
+from airflow_provider_nsq.protocol.go_json import go_json
 from airflow_provider_nsq.protocol.names import is_valid_name
 
 from .auth import AuthFailed
 from .channel import QueueFull
 from .errors import ClientError, go_quote
-from .identify import decode_identify, go_json
+from .identify import decode_identify
 
 if TYPE_CHECKING:
     from .client import ClientConnection
@@ -37,11 +40,12 @@ STATE_INIT = 0
 STATE_SUBSCRIBED = 3
 STATE_CLOSING = 4
 
-_LEN = struct.Struct(">i")  # nsqd reads lengths as int32: >= 2**31 is negative
-_unpack_len = _LEN.unpack_from
 _U64 = 1 << 64
 _I63 = 1 << 63
 
+#: What a command yields while it runs: the bytes it needs past the read position, with
+#: nsqd's error code and text should the stream end first; or an awaitable.
+Need = tuple[int, str, str]
 Body = Generator[Any, Any, bytes | None]
 Result = bytes | None | Body
 
@@ -63,23 +67,48 @@ def _name(value: bytes) -> str | None:
 # -- body reading ---------------------------------------------------------------------
 
 
-def read_len(conn: ClientConnection, code: str, text: str) -> Generator[int, None, int]:
-    if len(conn.rbuf) - conn.rpos < 4:
-        conn.read_error = (code, text)
-        yield 4
-    value: int = _unpack_len(conn.rbuf, conn.rpos)[0]
-    conn.rpos += 4
+def read_len(reader: CommandReader, code: str, text: str) -> Generator[Need, None, int]:
+    """A size or count; ``code`` and ``text`` are nsqd's error if the stream ends first."""
+    value = reader.read_size()
+    while value is None:
+        yield 4, code, text
+        value = reader.read_size()
     return value
 
 
-def read_exact(conn: ClientConnection, n: int, code: str, text: str) -> Generator[int, None, bytes]:
-    if len(conn.rbuf) - conn.rpos < n:
-        conn.read_error = (code, text)
-        yield n
-    pos = conn.rpos
-    data = bytes(conn.rbuf[pos : pos + n])
-    conn.rpos = pos + n
+def read_exact(reader: CommandReader, n: int, code: str, text: str) -> Generator[Need, None, bytes]:
+    data = reader.read_exact(n)
+    while data is None:
+        yield n, code, text
+        data = reader.read_exact(n)
     return data
+
+
+def read_mpub(
+    reader: CommandReader, max_msg_size: int, max_body_size: int
+) -> Generator[Need, None, list[bytes]]:
+    """nsqd's readMPUB, shared by TCP and HTTP MPUB: the count, then ``count`` messages
+    read from the stream whatever a declared body size says (mpub_count_mismatch_more /
+    _fewer)."""
+    count = yield from read_len(reader, "E_BAD_BODY", "MPUB failed to read message count")
+    if count <= 0 or count > (max_body_size - 4) // 5:
+        raise ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
+    bodies: list[bytes] = []
+    while True:
+        try:
+            need = reader.read_messages(count, max_msg_size, bodies)
+        except BadMessageSize as exc:
+            if exc.size <= 0:
+                text = f"MPUB invalid message({exc.index}) body size {exc.size}"
+            else:
+                text = f"MPUB message too big {exc.size} > {max_msg_size}"
+            raise ClientError("E_BAD_MESSAGE", text) from None
+        if not need:
+            return bodies
+        if need == 4:
+            yield need, "E_BAD_MESSAGE", f"MPUB failed to read message({len(bodies)}) body size"
+        else:
+            yield need, "E_BAD_MESSAGE", "MPUB failed to read message body"
 
 
 # -- auth -------------------------------------------------------------------------------
@@ -135,16 +164,18 @@ def cmd_identify(conn: ClientConnection, params: list[bytes]) -> Result:
     return _identify(conn)
 
 
-def _read_sized_body(conn: ClientConnection, command: str) -> Generator[int, None, bytes]:
+def _read_sized_body(conn: ClientConnection, command: str) -> Generator[Need, None, bytes]:
     """IDENTIFY's and AUTH's ``[u32be len][bytes]``, bounded by max-body-size, with
     nsqd's texts for each way it can fail (FACTS.md section 3)."""
     limit = conn.broker.options.max_body_size
-    size = yield from read_len(conn, "E_BAD_BODY", f"{command} failed to read body size")
+    size = yield from read_len(conn.reader, "E_BAD_BODY", f"{command} failed to read body size")
     if size > limit:
         raise ClientError("E_BAD_BODY", f"{command} body too big {size} > {limit}")
     if size <= 0:
         raise ClientError("E_BAD_BODY", f"{command} invalid body size {size}")
-    return (yield from read_exact(conn, size, "E_BAD_BODY", f"{command} failed to read body"))
+    return (
+        yield from read_exact(conn.reader, size, "E_BAD_BODY", f"{command} failed to read body")
+    )
 
 
 def _identify(conn: ClientConnection) -> Body:
@@ -263,12 +294,16 @@ def cmd_dpub(conn: ClientConnection, params: list[bytes]) -> Result:
 
 def _pub(conn: ClientConnection, cmd: str, topic: str, defer_ms: int) -> Body:
     limit = conn.broker.options.max_msg_size
-    size = yield from read_len(conn, "E_BAD_MESSAGE", f"{cmd} failed to read message body size")
+    size = yield from read_len(
+        conn.reader, "E_BAD_MESSAGE", f"{cmd} failed to read message body size"
+    )
     if size <= 0:
         raise ClientError("E_BAD_MESSAGE", f"{cmd} invalid message body size {size}")
     if size > limit:
         raise ClientError("E_BAD_MESSAGE", f"{cmd} message too big {size} > {limit}")
-    body = yield from read_exact(conn, size, "E_BAD_MESSAGE", f"{cmd} failed to read message body")
+    body = yield from read_exact(
+        conn.reader, size, "E_BAD_MESSAGE", f"{cmd} failed to read message body"
+    )
     yield from check_auth(conn, cmd, topic, "")
     _publish(conn, cmd, topic, [body], defer_ms)
     return OK
@@ -290,53 +325,12 @@ def _mpub(conn: ClientConnection, topic: str) -> Body:
     opts = conn.broker.options
     yield from check_auth(conn, "MPUB", topic, "")
     conn.broker.get_topic(topic)  # nsqd creates the topic before reading the body
-    size = yield from read_len(conn, "E_BAD_BODY", "MPUB failed to read body size")
+    size = yield from read_len(conn.reader, "E_BAD_BODY", "MPUB failed to read body size")
     if size <= 0:
         raise ClientError("E_BAD_BODY", f"MPUB invalid body size {size}")
     if size > opts.max_body_size:
         raise ClientError("E_BAD_BODY", f"MPUB body too big {size} > {opts.max_body_size}")
-    count = yield from read_len(conn, "E_BAD_BODY", "MPUB failed to read message count")
-    if count <= 0 or count > (opts.max_body_size - 4) // 5:
-        raise ClientError("E_BAD_BODY", f"MPUB invalid message count {count}")
-    max_msg_size = opts.max_msg_size
-    bodies: list[bytes] = []
-    append = bodies.append
-    i = 0
-    # Read `count` messages from the stream, whatever the declared body size says
-    # (mpub_count_mismatch_more / _fewer). Tight loop over what is buffered.
-    while i < count:
-        buf = conn.rbuf
-        pos = conn.rpos
-        end = len(buf)
-        with memoryview(buf) as view:
-            while i < count:
-                if end - pos < 4:
-                    break
-                msg_size = _unpack_len(buf, pos)[0]
-                if msg_size <= 0:
-                    conn.rpos = pos + 4
-                    raise ClientError(
-                        "E_BAD_MESSAGE", f"MPUB invalid message({i}) body size {msg_size}"
-                    )
-                if msg_size > max_msg_size:
-                    conn.rpos = pos + 4
-                    raise ClientError(
-                        "E_BAD_MESSAGE", f"MPUB message too big {msg_size} > {max_msg_size}"
-                    )
-                stop = pos + 4 + msg_size
-                if stop > end:
-                    break
-                append(view[pos + 4 : stop].tobytes())
-                pos = stop
-                i += 1
-        conn.rpos = pos
-        if i < count:
-            if end - pos < 4:
-                conn.read_error = ("E_BAD_MESSAGE", f"MPUB failed to read message({i}) body size")
-                yield 4
-            else:
-                conn.read_error = ("E_BAD_MESSAGE", "MPUB failed to read message body")
-                yield 4 + _unpack_len(buf, pos)[0]
+    bodies = yield from read_mpub(conn.reader, opts.max_msg_size, opts.max_body_size)
     _publish(conn, "MPUB", topic, bodies, 0)
     return OK
 

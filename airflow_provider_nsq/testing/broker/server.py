@@ -12,6 +12,7 @@ from typing import Any
 from ..http_server import start_http_server
 from . import api
 from .client import ClientConnection
+from .lookupd_registration import LookupdRegistration
 from .message import IdGenerator
 from .options import NSQD_VERSION, BrokerOptions
 from .topic import Topic
@@ -45,6 +46,7 @@ class Broker:
         self.tcp_port = 0
         self.http_port = 0
         self.https_port: int | None = None
+        self.registration: LookupdRegistration | None = None  # with lookupd_tcp_addresses
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -90,6 +92,9 @@ class Broker:
             )
             self._servers.append(https)
             self.https_port = https.sockets[0].getsockname()[1]
+        if opts.lookupd_tcp_addresses:
+            self.registration = LookupdRegistration(self)
+            await self.registration.start()
         log.info(
             "nsqd-compatible broker %s listening: TCP %s:%d, HTTP %s:%d%s",
             self.version,
@@ -101,6 +106,9 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        if self.registration is not None:
+            await self.registration.stop()  # first: nsqd sends no UNREGISTER on exit
+            self.registration = None
         for server in self._servers:
             server.close()
         for client in list(self.clients):
@@ -123,12 +131,16 @@ class Broker:
         topic = self.topics.get(name)
         if topic is None:
             topic = self.topics[name] = Topic(self, name, self.loop)
+            if self.registration is not None:
+                self.registration.topic_created(topic)
         return topic
 
     def delete_topic(self, name: str) -> bool:
         topic = self.topics.pop(name, None)
         if topic is None:
             return False
+        if self.registration is not None:
+            self.registration.topic_deleted(topic)
         topic.close()
         return True
 

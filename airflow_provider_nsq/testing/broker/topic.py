@@ -27,6 +27,7 @@ class Topic:
         self.channels: dict[str, Channel] = {}
         self.pending: deque[Item] = deque()  # only while there is no channel
         self.paused = False
+        self.held = False  # pre-creating channels known to lookupds (see hold())
         self.deleted = False
         self.message_count = 0
         self.message_bytes = 0
@@ -35,15 +36,19 @@ class Topic:
         channel = self.channels.get(name)
         if channel is None:
             channel = self.channels[name] = Channel(self, name, self.loop)
-            if len(self.channels) == 1 and self.pending and not self.paused:
+            if len(self.channels) == 1 and self.pending and not self.paused and not self.held:
                 pending, self.pending = list(self.pending), deque()
                 channel.put_many(pending, self.loop.time())
+            if self.broker.registration is not None:
+                self.broker.registration.channel_created(channel)
         return channel
 
     def delete_channel(self, name: str) -> bool:
         channel = self.channels.pop(name, None)
         if channel is None:
             return False
+        if self.broker.registration is not None:
+            self.broker.registration.channel_deleted(channel)
         channel.close()
         if self.ephemeral and not self.channels and not self.deleted:
             self.broker.delete_topic(self.name)
@@ -53,7 +58,7 @@ class Topic:
         """Publish all of ``bodies`` or none (raises :class:`QueueFull`)."""
         n = len(bodies)
         limit = self.broker.options.mem_queue_size
-        channels = list(self.channels.values()) if not self.paused else []
+        channels = list(self.channels.values()) if not (self.paused or self.held) else []
         if channels:
             for channel in channels:
                 if channel.room() < n:
@@ -86,9 +91,18 @@ class Topic:
         for channel in channels:
             channel.put_many(items, now, fresh=defer_ms <= 0)
 
+    def hold(self) -> None:
+        """Keep published messages in the topic until :meth:`release`: nsqd starts a
+        new topic only once the channels lookupds know of exist, so they all get them."""
+        self.held = True
+
+    def release(self) -> None:
+        self.held = False
+        self.set_paused(self.paused)
+
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
-        if not paused and self.pending and self.channels:
+        if not paused and not self.held and self.pending and self.channels:
             pending, self.pending = list(self.pending), deque()
             now = self.loop.time()
             for channel in self.channels.values():
