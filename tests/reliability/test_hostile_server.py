@@ -221,11 +221,11 @@ def test_a_deflate_bomb_from_the_server_fails_both_drivers_cleanly(driver: str) 
         peer.handshake(deflate=True)
         codec = DeflateCodec()
         peer.send(codec.compress(encode_response(b"OK")))
-        peer.read_exact(1)  # the client's first compressed command
+        peer.sock.recv(1)  # the client's first compressed command
         try:
             for part in bomb:
                 peer.send(codec.compress(part))
-            peer.read_exact(1)
+            peer.sock.recv(1)
         except OSError:
             pass  # the client hung up: what it should do
 
