@@ -6,16 +6,13 @@ nsqd does not have. The proxy counts the connections."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
 from airflow_provider_nsq.client import AsyncNSQConnection, ClientConfig
-from airflow_provider_nsq.protocol import NSQError
+from airflow_provider_nsq.protocol import NSQConnectionClosedError, NSQError
 from airflow_provider_nsq.testing.faults import FaultProxy
-
-pytestmark = pytest.mark.xfail(
-    strict=True, reason="issue 11 item 1: concurrent (re)connects of AsyncNSQConnection"
-)
 
 
 @pytest.fixture
@@ -130,3 +127,24 @@ def test_a_cancelled_publisher_does_not_break_the_shared_connect(nsqd, nsq_topic
     assert asyncio.run(run()) == [None] * 9
     assert proxy.peak_active == 1
     nsqd.wait_for(lambda: depth(nsqd, nsq_topic) >= 9)
+
+
+def test_close_during_a_shared_connect_fails_every_publisher_cleanly() -> None:
+    """close() stops a connect under way: the publishers waiting for it get an NSQError
+    at once, not a CancelledError and not the connect timeout."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    try:
+
+        async def run() -> list:
+            conn = AsyncNSQConnection(
+                ClientConfig(port=silent.getsockname()[1], connect_timeout=30)
+            )
+            tasks = [asyncio.ensure_future(conn.publish("t", b"%d" % i)) for i in range(5)]
+            await asyncio.sleep(0.2)
+            await conn.close()
+            return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+
+        results = asyncio.run(run())
+    finally:
+        silent.close()
+    assert [type(r) for r in results] == [NSQConnectionClosedError] * 5

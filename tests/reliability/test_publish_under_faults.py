@@ -138,9 +138,6 @@ def test_blocking_and_hook_publishes_survive_cuts(nsqd, nsq_topic, proxies, monk
     check(nsqd, nsq_topic, [pub, mpub, hook], proxies)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 11 item 1: concurrent (re)connects of AsyncNSQConnection"
-)
 def test_asyncio_concurrent_publishes_survive_cuts(nsqd, nsq_topic, proxies) -> None:
     nsqd.create_channel(nsq_topic, CHANNEL)
     aio = Ledger("aio")
