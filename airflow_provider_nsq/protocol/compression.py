@@ -104,6 +104,11 @@ def _snappy_module() -> Any:
 # bytes and a compressed one at most 76490 + 4 (golang/snappy's maxEncodedLenOfMaxBlockSize).
 _SNAPPY_COMPRESSED = 0x00
 _SNAPPY_UNCOMPRESSED = 0x01
+_SNAPPY_STREAM_ID = 0xFF
+_SNAPPY_MAGIC = b"sNaPpY"
+# Data chunks, and the skippable ones (0x80-0xfe, padding included); 0x02-0x7f are
+# reserved and unskippable.
+_SNAPPY_KNOWN = frozenset({0x00, 0x01, *range(0x80, 0xFF)})
 _SNAPPY_MAX_BLOCK = 65536
 _SNAPPY_MAX_CHUNK = {_SNAPPY_COMPRESSED: 76490 + 4, _SNAPPY_UNCOMPRESSED: _SNAPPY_MAX_BLOCK + 4}
 
@@ -116,6 +121,7 @@ class SnappyCodec:
         self._compressor = snappy.StreamCompressor()
         self._decompressor = snappy.StreamDecompressor()
         self._input = bytearray()
+        self._identified = False  # the stream identifier chunk came first
 
     def compress(self, data: bytes) -> bytes:
         # The first call also emits the stream identifier chunk nsqd's reader expects.
@@ -145,12 +151,34 @@ class SnappyCodec:
                 )
             if end - pos < 4 + length:
                 break
+            if kind == _SNAPPY_STREAM_ID:
+                self._check_stream_id(bytes(buf[pos + 4 : pos + 4 + length]))
+            elif not self._identified or kind not in _SNAPPY_KNOWN:
+                self._refuse_chunk(kind)
             pos += 4 + length
             if kind == _SNAPPY_COMPRESSED:
                 out += _SNAPPY_MAX_BLOCK  # its size is known only once decompressed
             elif kind == _SNAPPY_UNCOMPRESSED:
                 out += length - 4
         return pos
+
+    def _check_stream_id(self, body: bytes) -> None:
+        if body != _SNAPPY_MAGIC:
+            raise NSQProtocolError(
+                f"invalid snappy stream from the peer: bad stream identifier {body[:16]!r}"
+            )
+        self._identified = True
+
+    def _refuse_chunk(self, kind: int) -> None:
+        # What golang/snappy's reader (nsqd's) refuses and python-snappy lets through.
+        if not self._identified:
+            raise NSQProtocolError(
+                "invalid snappy stream from the peer: it does not start with the stream "
+                "identifier chunk"
+            )
+        raise NSQProtocolError(
+            f"invalid snappy stream from the peer: reserved chunk type 0x{kind:02x}"
+        )
 
     def read(self, max_length: int) -> bytes:
         take = self._whole_chunks(max_length)

@@ -238,3 +238,20 @@ def test_a_deflate_bomb_from_the_server_fails_both_drivers_cleanly(driver: str) 
             assert not conn.connected
         finally:
             conn.close()
+
+
+@pytest.mark.parametrize(
+    ("stream", "says"),
+    [
+        (b"\x01\x06\x00\x00" + b"\x00" * 6, "does not start with the stream identifier"),
+        (b"\xff\x06\x00\x00sNaPpX", "bad stream identifier"),
+        (b"\xff\x06\x00\x00sNaPpY\x02\x01\x00\x00x", "reserved chunk type 0x02"),
+    ],
+    ids=["no-identifier", "bad-identifier", "reserved-chunk"],
+)
+def test_snappy_streams_nsqd_would_refuse_are_refused(stream: bytes, says: str) -> None:
+    # golang/snappy (nsqd's reader) refuses these; python-snappy alone would not.
+    core = compressed_core("snappy")
+    core.receive_data(stream)
+    with pytest.raises(NSQProtocolError, match=says):
+        core.events()
