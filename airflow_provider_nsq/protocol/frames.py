@@ -16,7 +16,6 @@ import struct
 from .constants import (
     DEFAULT_MAX_FRAME_SIZE,
     FRAME_HEADER_SIZE,
-    HEARTBEAT,
     HTTP_AS_FRAME_SIZE,
     MESSAGE_HEADER_SIZE,
     MESSAGE_ID_LENGTH,
@@ -74,10 +73,6 @@ class ResponseFrame:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-
-    @property
-    def is_heartbeat(self) -> bool:
-        return self.data == HEARTBEAT
 
     def __repr__(self) -> str:
         return f"ResponseFrame({self.data!r})"

@@ -199,10 +199,14 @@ def _server_for(broker: EmbeddedNSQD) -> NSQDServer:
 
 
 def _split_address(value: str, what: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise pytest.UsageError(f"{what}={value!r}: expected host:port")
-    return host or "127.0.0.1", int(port)
+    # Here, not at the top: loading the plugin stays cheap for every pytest run.
+    from ..client.address import parse_address
+    from ..protocol.errors import NSQValueError
+
+    try:
+        return parse_address(value, None, what)
+    except NSQValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _external_nsqds() -> list[NSQDServer]:

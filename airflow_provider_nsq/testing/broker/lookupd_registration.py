@@ -31,9 +31,12 @@ import logging
 import socket
 import urllib.parse
 from collections import deque
-from typing import TYPE_CHECKING
 
-from airflow_provider_nsq.client.address import format_address, parse_address
+from airflow_provider_nsq.client.address import (
+    DEFAULT_LOOKUPD_TCP_PORT,
+    format_address,
+    parse_address,
+)
 from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, ahttp_request
 from airflow_provider_nsq.protocol.errors import NSQProtocolError, NSQServerError
 from airflow_provider_nsq.protocol.lookupd import (
@@ -49,15 +52,12 @@ from airflow_provider_nsq.protocol.lookupd import (
 )
 from airflow_provider_nsq.protocol.names import is_ephemeral
 
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .server import Broker
-    from .topic import Topic
+from .channel import Channel
+from .state import BrokerState
+from .topic import Topic
 
 log = logging.getLogger("airflow_provider_nsq.testing.broker")
 
-#: nsqlookupd's default TCP port (--tcp-address 0.0.0.0:4160).
-DEFAULT_LOOKUPD_TCP_PORT = 4160
 #: nsqd's timeout for dialling a lookupd (``lookup_peer.go``: 1 s; more under test load).
 CONNECT_TIMEOUT_S = 2.0
 #: How long one reply may take before the connection counts as dead (nsqd: 1 s).
@@ -262,7 +262,7 @@ class LookupdRegistration:
     the broker knows about lookupds.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerState) -> None:
         self.broker = broker
         options = broker.options
         self.ping_interval_s = options.lookupd_ping_interval / 1000.0
@@ -332,10 +332,10 @@ class LookupdRegistration:
             self._send(encode_unregister(topic.name, name))
 
     def channel_created(self, channel: Channel) -> None:
-        self._send(encode_register(channel.topic.name, channel.name))
+        self._send(encode_register(channel.topic_name, channel.name))
 
     def channel_deleted(self, channel: Channel) -> None:
-        self._send(encode_unregister(channel.topic.name, channel.name))
+        self._send(encode_unregister(channel.topic_name, channel.name))
 
     # -- channel pre-creation ---------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_nsq.client.address import parse_address
+from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_TCP_PORT, parse_address
 from airflow_provider_nsq.protocol.constants import (
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_MAX_DEFLATE_LEVEL,
@@ -111,7 +111,7 @@ class BrokerOptions:
             self.lookupd_tcp_addresses = [self.lookupd_tcp_addresses]
         self.lookupd_tcp_addresses = list(self.lookupd_tcp_addresses)
         for address in self.lookupd_tcp_addresses:
-            parse_address(address, 4160, "lookupd_tcp_addresses")
+            parse_address(address, DEFAULT_LOOKUPD_TCP_PORT, "lookupd_tcp_addresses")
         if self.tls_client_auth_policy not in _TLS_POLICIES:
             raise ValueError(
                 f"tls_client_auth_policy must be one of {_TLS_POLICIES}, "

@@ -16,27 +16,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_nsq.client.address import parse_address
-from airflow_provider_nsq.protocol.errors import NSQValueError
+from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_HTTP_PORT, DEFAULT_LOOKUPD_TCP_PORT
 
-from ..broker.__main__ import parse_duration_ms
+from ..daemon_flags import duration_ms, listen_address
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .server import Lookupd
 
 log = logging.getLogger("airflow_provider_nsq.testing.lookupd")
-
-
-def _address(text: str) -> tuple[str, int]:
-    # nsqlookupd accepts ":4160" (every interface; this server binds 127.0.0.1 then) and
-    # port 0 (any free port).
-    value = "127.0.0.1" + text if text.startswith(":") else text
-    host, _, port = value.rpartition(":")
-    try:
-        if port == "0":
-            return parse_address(host, 1, "address")[0], 0
-        return parse_address(value, None, "address")
-    except NSQValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,8 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--host", default=None, help="address to bind (default 127.0.0.1)")
     add("--tcp-port", type=int, default=None, help="TCP port (default 4160; 0 = free port)")
     add("--http-port", type=int, default=None, help="HTTP port (default 4161; 0 = free port)")
-    add("--tcp-address", type=_address, default=None, help="HOST:PORT for nsqds, as nsqlookupd")
-    add("--http-address", type=_address, default=None, help="HOST:PORT for HTTP clients")
+    add(
+        "--tcp-address",
+        type=listen_address,
+        default=None,
+        help="HOST:PORT for nsqds, as nsqlookupd",
+    )
+    add("--http-address", type=listen_address, default=None, help="HOST:PORT for HTTP clients")
     add(
         "--broadcast-address",
         default=None,
@@ -58,14 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--inactive-producer-timeout",
-        type=parse_duration_ms,
+        type=duration_ms,
         default=None,
         metavar="DURATION",
         help="hide a producer this long after its last IDENTIFY or PING (default 300s)",
     )
     add(
         "--tombstone-lifetime",
-        type=parse_duration_ms,
+        type=duration_ms,
         default=None,
         metavar="DURATION",
         help="how long a tombstoned producer stays hidden from /lookup (default 45s)",
@@ -82,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_from_args(args: argparse.Namespace) -> LookupdOptions:
     host = args.host
-    tcp_port = 4160 if args.tcp_port is None else args.tcp_port
-    http_port = 4161 if args.http_port is None else args.http_port
+    tcp_port = DEFAULT_LOOKUPD_TCP_PORT if args.tcp_port is None else args.tcp_port
+    http_port = DEFAULT_LOOKUPD_HTTP_PORT if args.http_port is None else args.http_port
     if args.tcp_address is not None:
         host = host or args.tcp_address[0]
         tcp_port = args.tcp_address[1] if args.tcp_port is None else tcp_port
