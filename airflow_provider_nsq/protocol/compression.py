@@ -143,18 +143,22 @@ class SnappyCodec:
         while end - pos >= 4 and out < max_length:
             kind = buf[pos]
             length = int.from_bytes(buf[pos + 1 : pos + 4], "little")
+            # Checked on the header, as golang/snappy does, not once the body arrived.
             limit = _SNAPPY_MAX_CHUNK.get(kind)
             if limit is not None and length > limit:
                 raise NSQProtocolError(
                     f"invalid snappy stream from the peer: a chunk of {length} bytes is over "
                     f"the framing format's limit of {limit}"
                 )
+            if kind == _SNAPPY_STREAM_ID:
+                if length != len(_SNAPPY_MAGIC):
+                    self._check_stream_id(b"(%d bytes)" % length)
+            elif not self._identified or kind not in _SNAPPY_KNOWN:
+                self._refuse_chunk(kind)
             if end - pos < 4 + length:
                 break
             if kind == _SNAPPY_STREAM_ID:
                 self._check_stream_id(bytes(buf[pos + 4 : pos + 4 + length]))
-            elif not self._identified or kind not in _SNAPPY_KNOWN:
-                self._refuse_chunk(kind)
             pos += 4 + length
             if kind == _SNAPPY_COMPRESSED:
                 out += _SNAPPY_MAX_BLOCK  # its size is known only once decompressed
