@@ -20,6 +20,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from ..client import AsyncNSQConnection, ClientConfig
 from ..hooks.nsq import NSQHook
 from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
+from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
 #: Reconnect backoff after a dropped connection: first and longest wait, seconds.
 _BACKOFF_START_S = 1.0
