@@ -104,7 +104,16 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "http_port": _field(
         "nsqd HTTP port",
         "integer",
-        "nsqd's HTTP API port (4151 by default), for tools that use the HTTP API.",
+        "nsqd's HTTP API port (4151 by default). Recommended: the sensor reads a channel's "
+        "depth from /stats there and waits without taking (and redelivering) messages.",
+        minimum=1,
+        maximum=65535,
+    ),
+    "https_port": _field(
+        "nsqd HTTPS port",
+        "integer",
+        "nsqd's HTTPS API port (--https-address); used instead of the HTTP port when TLS is "
+        "on, with the same CA and client certificate.",
         minimum=1,
         maximum=65535,
     ),

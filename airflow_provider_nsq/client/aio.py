@@ -10,41 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any
 
-from ..protocol.connection import (
-    HANDSHAKE_REPLIES,
-    ClientConnection,
-    CommandFailed,
-    ConnectionClosed,
-    ConnectionState,
-    Heartbeat,
-    Reply,
-    ServerWarning,
-    StartTLS,
-)
+from ..protocol.connection import ClientConnection, ConnectionState
 from ..protocol.errors import (
     NSQConnectionClosedError,
-    NSQConnectionError,
     NSQError,
     NSQServerError,
     NSQTimeoutError,
-    NSQValueError,
 )
 from .config import ClientConfig
 from .driver import CLOSED_STATES as _CLOSED_STATES
 from .driver import DriverBase
+from .io_errors import map_exceptions
 from .message import NSQMessage
-from .tls import build_ssl_context, describe_tls_error
-from .window import (
-    AckMode,
-    check_window,
-    new_core,
-    with_context,
-)
+from .tls import build_ssl_context
+from .window import Window
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +63,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self._owner._writable.set()
 
 
-class AsyncNSQConnection(DriverBase):
+class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
     """An asyncio connection to one nsqd. Same semantics as the blocking
     :class:`~airflow_provider_nsq.client.blocking.NSQConnection`: publishes return after
     nsqd's OK; heartbeats are answered as they arrive."""
@@ -130,15 +114,10 @@ class AsyncNSQConnection(DriverBase):
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._handshake = loop.create_future()
-        try:
+        with map_exceptions(self._peer, "connect to"):
             transport, _ = await loop.create_connection(lambda: _Protocol(self), cfg.host, cfg.port)
-        except OSError as exc:
-            raise NSQConnectionError(
-                f"could not connect to nsqd at {cfg.address}: {exc.strerror or exc}"
-            ) from None
         self._transport = transport
-        self.connects += 1
-        self._core = core = new_core(cfg, self._message_class)
+        core = self._new_core()
         core.initiate()
         self._flush()
         await self._handshake
@@ -162,41 +141,14 @@ class AsyncNSQConnection(DriverBase):
     # -- transport callbacks -------------------------------------------------------
 
     def _on_data(self, data: bytes | memoryview) -> None:
-        core = self._core
-        if core is None:
-            return
-        core.receive_data(data)
         try:
-            messages, events = core.messages_and_events()
-        except NSQError as exc:
-            self._fail(exc)
-            return
-        if messages:
-            self._messages += messages  # type: ignore[arg-type]
-            self._message_event.set()
-        for event in events:
-            if isinstance(event, Reply):
-                if event.command not in HANDSHAKE_REPLIES:
-                    self._resolve(event.data)
-            elif isinstance(event, Heartbeat):
-                pass  # the core queued a NOP; flushed below
-            elif isinstance(event, ServerWarning):
-                log.warning("nsqd at %s: %s", self.config.address, event.error)
-                self.warnings.append(event.error)
-            elif isinstance(event, CommandFailed):
-                self._fail(event.error)
-            elif isinstance(event, ConnectionClosed):
-                self._fail(
-                    NSQConnectionClosedError(
-                        f"nsqd at {self.config.address} closed the connection"
-                    ),
-                    only_waiters=True,
-                )
-            elif isinstance(event, StartTLS):
-                self._tls_task = asyncio.ensure_future(self._start_tls())
-        self._flush()  # NOP for heartbeats, AUTH during the handshake
+            self._receive(data)
+        except NSQError:
+            return  # recorded: _fail woke every waiter with it
+        core = self._core
         if (
-            self._handshake is not None
+            core is not None
+            and self._handshake is not None
             and not self._handshake.done()
             and core.state is not ConnectionState.HANDSHAKING
             and core.state not in _CLOSED_STATES
@@ -204,38 +156,27 @@ class AsyncNSQConnection(DriverBase):
             self._handshake.set_result(None)
 
     def _on_lost(self, exc: Exception | None) -> None:
-        core = self._core
-        if core is None:
-            return
-        if core.state not in _CLOSED_STATES:
-            core.receive_data(b"")
-            try:
-                self._on_data(b"")
-            except NSQError:
-                pass
-        self._fail(
-            NSQConnectionClosedError(f"connection to nsqd at {self.config.address} was lost"),
-            only_waiters=True,
-        )
+        # EOF for the core: it reports the close and the commands left unanswered.
+        self._on_data(b"")
 
-    def _resolve(self, data: bytes) -> None:
+    def _reply_arrived(self, data: bytes) -> None:
         if self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():  # a cancelled caller still consumes its reply
                 waiter.set_result(data)
 
-    def _fail(self, error: NSQError, only_waiters: bool = False) -> None:
-        if not only_waiters or self._failure is None:
-            self._failure = self._failure or error
-        first = self._failure or error
+    def _messages_arrived(self) -> None:
+        self._message_event.set()
+
+    def _fail(self, error: NSQError) -> None:
+        super()._fail(error)
+        first = self._failure or error  # the waiter of the oldest command gets the cause
         if self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_exception(first)
         self._fail_waiters(
-            NSQConnectionClosedError(
-                f"nsqd at {self.config.address} closed the connection after: {first}"
-            )
+            NSQConnectionClosedError(f"{self._peer} closed the connection after: {first}")
         )
         if self._handshake is not None and not self._handshake.done():
             self._handshake.set_exception(first)
@@ -249,7 +190,10 @@ class AsyncNSQConnection(DriverBase):
             if not waiter.done():
                 waiter.set_exception(error)
 
-    async def _start_tls(self) -> None:
+    def _start_tls(self) -> None:
+        self._tls_task = asyncio.ensure_future(self._upgrade_to_tls())
+
+    async def _upgrade_to_tls(self) -> None:
         cfg = self.config
         core = self._core
         transport = self._transport
@@ -257,14 +201,13 @@ class AsyncNSQConnection(DriverBase):
             return
         try:
             context = build_ssl_context(cfg)
-            loop = asyncio.get_running_loop()
-            protocol = transport.get_protocol()
-            new_transport = await loop.start_tls(
-                transport, protocol, context, server_hostname=cfg.tls_server_name or cfg.host
-            )
-        except (ssl.SSLError, OSError) as exc:
-            self._fail(describe_tls_error(cfg, exc))
-            return
+            with map_exceptions(self._peer, "upgrade to TLS with", tls=True):
+                new_transport = await asyncio.get_running_loop().start_tls(
+                    transport,
+                    transport.get_protocol(),
+                    context,
+                    server_hostname=cfg.tls_server_name or cfg.host,
+                )
         except NSQError as exc:
             self._fail(exc)
             return
@@ -287,7 +230,7 @@ class AsyncNSQConnection(DriverBase):
             transport.write(data)
             self._last_write = time.monotonic()
 
-    def _schedule_flush(self) -> None:
+    def _flush_soon(self) -> None:
         # FIN/REQ/TOUCH issued in one loop iteration go out in one write.
         if self._flush_scheduled:
             return
@@ -306,7 +249,7 @@ class AsyncNSQConnection(DriverBase):
 
     async def _await_reply(self, waiter: asyncio.Future[bytes]) -> bytes:
         """Wait for ``waiter`` up to ``read_timeout``. A timer, not wait_for(): no task per
-        command. A cancelled caller's reply is still consumed in order (``_resolve``)."""
+        command. A cancelled caller's reply is still consumed in order (``_reply_arrived``)."""
         timer = asyncio.get_running_loop().call_later(
             self.config.read_timeout, self._reply_timed_out, waiter
         )
@@ -319,9 +262,7 @@ class AsyncNSQConnection(DriverBase):
         if waiter.done():
             return
         waiter.set_exception(
-            NSQTimeoutError(
-                f"nsqd at {self.config.address} did not answer within {self.config.read_timeout:g}s"
-            )
+            NSQTimeoutError(f"{self._peer} did not answer within {self.config.read_timeout:g}s")
         )
         # A late reply would be matched to the next command: drop the connection.
         self._teardown()
@@ -359,10 +300,7 @@ class AsyncNSQConnection(DriverBase):
 
     async def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
         """MPUB in as few frames as fit nsqd's limits; returns the frame count."""
-        core = await self._publisher()
-        counts = core.mpub_split(topic, bodies)
-        if not counts:
-            raise NSQValueError("multi_publish needs at least one message")
+        counts = self._queue_mpub(await self._publisher(), topic, bodies)
         waiters = [self._new_waiter() for _ in counts]
         self._flush()
         if not self._writable.is_set():
@@ -371,13 +309,7 @@ class AsyncNSQConnection(DriverBase):
             try:
                 await self._await_reply(waiter)
             except NSQError as exc:
-                if not done:
-                    raise
-                raise with_context(
-                    exc,
-                    f"(nsqd had accepted {done} MPUB frames with {sum(counts[:done])} "
-                    "messages before)",
-                ) from exc
+                raise self._mpub_failed(exc, done, counts) from exc if done else None
         return len(counts)
 
     # -- subscribing ---------------------------------------------------------------
@@ -401,42 +333,18 @@ class AsyncNSQConnection(DriverBase):
             if not self._messages and self._failure is not None:
                 raise self._failure
             if not self._messages and not self.connected:
-                raise NSQConnectionClosedError(
-                    f"nsqd at {self.config.address} closed the connection"
-                )
-        messages = self._messages
-        self._messages = []
-        return messages
-
-    def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
-        self._respond_all((message,), command, delay_ms)
-        self._schedule_flush()
+                raise self._closed_error(())
+        return self._take_messages()
 
     async def start_close(self) -> None:
         """CLS and wait for CLOSE_WAIT."""
         self._require_core().cls()
         await self._request()
 
-    async def consume(
-        self,
-        topic: str,
-        channel: str,
-        *,
-        max_messages: int = 1,
-        timeout: float = 5.0,
-        ack: AckMode = "fin",
-        requeue_delay_ms: int = 0,
-    ) -> list[NSQMessage]:
-        """One subscribe window; see :meth:`NSQConnection.consume`."""
-        check_window(max_messages, timeout, ack, self.max_rdy_count)
-        await self.subscribe(topic, channel)
-        self.ready(max_messages)
-        deadline = time.monotonic() + timeout
-        got: list[NSQMessage] = []
-        while len(got) < max_messages:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            got.extend(await self.read_messages(remaining))
+    async def _run_window(self, window: Window) -> list[NSQMessage]:
+        await self.subscribe(window.topic, window.channel)
+        self.ready(window.max_messages)
+        for remaining in window.waits():
+            window.got.extend(await self.read_messages(remaining))
         await self.start_close()
-        return self._end_window(got, max_messages, ack, requeue_delay_ms)
+        return self._end_window(window)

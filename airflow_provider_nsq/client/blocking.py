@@ -14,42 +14,27 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from ..protocol.connection import (
-    HANDSHAKE_REPLIES,
-    ClientConnection,
-    CommandFailed,
-    ConnectionClosed,
-    ConnectionState,
-    Heartbeat,
-    Reply,
-    ServerWarning,
-    StartTLS,
-)
+from ..protocol.connection import ClientConnection, ConnectionState
 from ..protocol.errors import (
     NSQConnectionClosedError,
     NSQConnectionError,
     NSQError,
     NSQTimeoutError,
-    NSQValueError,
 )
 from .config import ClientConfig
 from .driver import CLOSED_STATES as _CLOSED_STATES
 from .driver import DriverBase
+from .io_errors import describe_tls_error, map_exceptions
 from .message import NSQMessage
-from .tls import build_ssl_context, describe_tls_error
-from .window import (
-    AckMode,
-    check_window,
-    new_core,
-    with_context,
-)
+from .tls import build_ssl_context
+from .window import Window
 
 log = logging.getLogger(__name__)
 
 _RECV_SIZE = 256 * 1024
 
 
-class NSQConnection(DriverBase):
+class NSQConnection(DriverBase[list[NSQMessage]]):
     """A blocking connection to one nsqd.
 
     Publishing methods return only after nsqd's ``OK`` and raise :class:`NSQServerError`
@@ -61,7 +46,7 @@ class NSQConnection(DriverBase):
     def __init__(self, config: ClientConfig | None = None) -> None:
         super().__init__(config)
         self._sock: socket.socket | None = None
-        self._replies: deque[Reply] = deque()
+        self._replies: deque[bytes] = deque()
         self._timeout: float | None = None  # the socket's current timeout (a syscall to set)
         self._recv_buffer = bytearray(_RECV_SIZE)
         self._recv_view = memoryview(self._recv_buffer)
@@ -82,21 +67,12 @@ class NSQConnection(DriverBase):
         self._teardown()
         cfg = self.config
         deadline = time.monotonic() + cfg.connect_timeout
-        try:
+        with map_exceptions(self._peer, "connect to", cfg.connect_timeout):
             sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
-        except TimeoutError:
-            raise NSQTimeoutError(
-                f"could not connect to nsqd at {cfg.address} within {cfg.connect_timeout:g}s"
-            ) from None
-        except OSError as exc:
-            raise NSQConnectionError(
-                f"could not connect to nsqd at {cfg.address}: {exc.strerror or exc}"
-            ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
         self._timeout = cfg.connect_timeout
-        self._core = core = new_core(cfg, self._message_class)
-        self.connects += 1
+        core = self._new_core()
         try:
             core.initiate()
             self._flush()
@@ -107,7 +83,6 @@ class NSQConnection(DriverBase):
                         f"{cfg.connect_timeout:g}s"
                     )
                 self._raise_failure("the handshake")
-                self._flush()  # AUTH, once the IDENTIFY response asked for it
         except BaseException:
             self._teardown()
             raise
@@ -149,22 +124,13 @@ class NSQConnection(DriverBase):
         Every body is checked before anything is sent. The frames are pipelined; if nsqd
         refuses one, the error says how many frames (and messages) it had accepted.
         """
-        core = self._prepare_publish()
-        counts = core.mpub_split(topic, bodies)
-        if not counts:
-            raise NSQValueError("multi_publish needs at least one message")
+        counts = self._queue_mpub(self._prepare_publish(), topic, bodies)
         self._flush()
         for done in range(len(counts)):
             try:
                 self._wait_reply("MPUB")
             except NSQError as exc:
-                if not done:
-                    raise
-                raise with_context(
-                    exc,
-                    f"(nsqd had accepted {done} MPUB frames with {sum(counts[:done])} "
-                    "messages before)",
-                ) from exc
+                raise self._mpub_failed(exc, done, counts) from exc if done else None
         return len(counts)
 
     def _prepare_publish(self) -> ClientConnection:
@@ -217,13 +183,7 @@ class NSQConnection(DriverBase):
                 self._raise_failure("waiting for messages")
                 if not self._read_once(deadline - time.monotonic()):
                     break
-        messages = self._messages
-        self._messages = []
-        return messages
-
-    def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
-        self._respond_all((message,), command, delay_ms)
-        self._flush()
+        return self._take_messages()
 
     def start_close(self) -> None:
         """CLS: nsqd stops delivering (RDY 0) and answers CLOSE_WAIT; messages already
@@ -231,38 +191,15 @@ class NSQConnection(DriverBase):
         self._require_core().cls()
         self._request("CLS")
 
-    def consume(
-        self,
-        topic: str,
-        channel: str,
-        *,
-        max_messages: int = 1,
-        timeout: float = 5.0,
-        ack: AckMode = "fin",
-        requeue_delay_ms: int = 0,
-    ) -> list[NSQMessage]:
-        """One subscribe window: SUB, RDY, collect up to ``max_messages`` or until
-        ``timeout`` seconds pass, then stop delivery (CLS).
-
-        ``ack`` decides what happens to the messages: ``"fin"`` FINs them before
-        returning, ``"req"`` REQs them (a peek; attempts + 1), ``"manual"`` hands them back
-        unanswered: FIN or REQ them on this connection (``finish``/``requeue``) and then
-        ``close()`` it; anything still unanswered at ``close()`` is REQ'd.
-        """
-        check_window(max_messages, timeout, ack, self.max_rdy_count)
-        self.subscribe(topic, channel)
-        self.ready(max_messages)
-        deadline = time.monotonic() + timeout
-        got: list[NSQMessage] = []
-        while len(got) < max_messages:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            got.extend(self.read_messages(remaining))
+    def _run_window(self, window: Window) -> list[NSQMessage]:
+        self.subscribe(window.topic, window.channel)
+        self.ready(window.max_messages)
+        for remaining in window.waits():
+            window.got.extend(self.read_messages(remaining))
         self.start_close()
         if self._readable():  # stragglers nsqd sent before it processed CLS
             self._read_once(0)
-        return self._end_window(got, max_messages, ack, requeue_delay_ms)
+        return self._end_window(window)
 
     # -- I/O -----------------------------------------------------------------------
 
@@ -274,8 +211,7 @@ class NSQConnection(DriverBase):
         deadline = time.monotonic() + self.config.read_timeout
         while True:
             if self._replies:
-                reply = self._replies.popleft()
-                return reply.data
+                return self._replies.popleft()
             self._raise_failure(command)
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._read_once(remaining):
@@ -289,13 +225,9 @@ class NSQConnection(DriverBase):
     def _raise_failure(self, doing: str) -> None:
         if self._failure is not None:
             raise self._failure
-        core = self._core
-        if core is None:
-            raise NSQConnectionClosedError(f"not connected to nsqd at {self.config.address}")
-        if core.state in _CLOSED_STATES:
+        if self._core is None or self._core.state in _CLOSED_STATES:
             raise NSQConnectionClosedError(
-                f"nsqd at {self.config.address} closed the connection during {doing}"
-                + ("; the outcome of the last command is unknown" if doing.isupper() else "")
+                f"the connection to nsqd at {self.config.address} closed during {doing}"
             )
 
     def _flush(self) -> None:
@@ -356,52 +288,23 @@ class NSQConnection(DriverBase):
         except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
             return False
         except ssl.SSLError as exc:
-            self._failure = describe_tls_error(self.config, exc)
+            self._fail(describe_tls_error(self._peer, exc))
             n = 0
         except OSError:
             n = 0  # reset: same as EOF after whatever was already read
-        core.receive_data(self._recv_view[:n] if n else b"")
-        try:
-            messages, events = core.messages_and_events()
-        except NSQError as exc:
-            self._failure = exc
-            raise
-        if messages:
-            self._messages += messages  # type: ignore[arg-type]
-        if events:
-            self._handle(events)
+        self._receive(self._recv_view[:n] if n else b"")
         return True
 
-    def _handle(self, events: list) -> None:
-        nop = False
-        for event in events:
-            cls = event.__class__
-            if cls is Reply:
-                if event.command not in HANDSHAKE_REPLIES:
-                    self._replies.append(event)
-            elif cls is Heartbeat:
-                nop = True
-            elif cls is ServerWarning:
-                log.warning("nsqd at %s: %s", self.config.address, event.error)
-                self.warnings.append(event.error)
-            elif cls is CommandFailed:
-                self._failure = event.error
-            elif cls is ConnectionClosed:
-                pass  # core.state says so; waiting callers raise
-            elif cls is StartTLS:
-                self._start_tls()
-        if nop and self._core is not None and self._core.state not in _CLOSED_STATES:
-            self._flush()
+    def _reply_arrived(self, data: bytes) -> None:
+        self._replies.append(data)
 
     def _start_tls(self) -> None:
         assert self._sock is not None and self._core is not None
         cfg = self.config
         context = build_ssl_context(cfg)
-        try:
+        with map_exceptions(self._peer, "upgrade to TLS with", cfg.connect_timeout, tls=True):
             self._set_timeout(self._sock, cfg.connect_timeout)
             self._sock = context.wrap_socket(
                 self._sock, server_hostname=cfg.tls_server_name or cfg.host
             )
-        except (ssl.SSLError, OSError) as exc:
-            raise describe_tls_error(cfg, exc) from None
         self._core.tls_established()

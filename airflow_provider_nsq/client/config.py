@@ -25,6 +25,7 @@ from ..protocol.constants import (
     MIN_OUTPUT_BUFFER_TIMEOUT_MS,
 )
 from ..protocol.errors import NSQValueError
+from .address import format_address
 
 Compression = Literal["none", "snappy", "deflate"]
 COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "deflate")
@@ -141,7 +142,8 @@ class ClientConfig:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``host:port`` (``[v6]:port`` for an IPv6 host)."""
+        return format_address(self.host, self.port)
 
     @property
     def effective_heartbeat_interval_ms(self) -> int:

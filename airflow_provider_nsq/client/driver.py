@@ -1,28 +1,70 @@
-"""What the blocking and asyncio drivers share: the protocol core they pump, the messages
-they hold, and the synchronous half of the API (RDY, FIN, REQ, TOUCH, NOP and the
-connection's properties). Each driver adds its own I/O: ``_flush`` and the waiting."""
+"""What the blocking and asyncio drivers share: the protocol core they pump, one dispatch
+of its events, the failure they record, the messages they hold, and the synchronous half
+of the API (RDY, FIN, REQ, TOUCH, NOP and the connection's properties).
+
+A driver adds only its I/O: ``_flush`` (write what the core queued), ``_start_tls``
+(wrap the transport), and how a caller waits (``_reply_arrived`` /
+``_messages_arrived`` tell it that something came).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, Generic, TypeVar
 
-from ..protocol.connection import ClientConnection, ConnectionState
+from ..protocol.connection import (
+    HANDSHAKE_REPLIES,
+    ClientConnection,
+    CommandFailed,
+    ConnectionClosed,
+    ConnectionState,
+    Reply,
+    ServerWarning,
+    StartTLS,
+)
 from ..protocol.errors import (
     NSQConnectionClosedError,
     NSQError,
     NSQServerError,
     NSQStateError,
+    NSQValueError,
 )
 from .config import ClientConfig
 from .message import NSQMessage, bound_message_class
-from .window import AckMode, idle_limit_s, respond_all, settle_window
+from .window import AckMode, Window, check_window, settle_window
+
+log = logging.getLogger(__name__)
 
 CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
 ANSWERING_STATES = (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING)
 
 
-class DriverBase:
+def idle_limit_s(config: ClientConfig) -> float | None:
+    """Seconds of client silence after which nsqd may already have dropped us.
+
+    nsqd closes a connection it has not read a command from for 2 x heartbeat_interval
+    (FACTS.md section 7); we stop trusting it a margin before that.
+    """
+    hb = config.effective_heartbeat_interval_ms
+    if hb <= 0:
+        return None
+    margin = min(hb / 2, 5000)
+    return (2 * hb - margin) / 1000
+
+
+def with_context(exc: NSQError, suffix: str) -> NSQError:
+    """A copy of ``exc`` (same class, same code) whose message ends with ``suffix``."""
+    if isinstance(exc, NSQServerError):
+        return type(exc)(exc.code, f"{exc.description} {suffix}".strip())
+    return type(exc)(f"{exc} {suffix}")
+
+
+# What ``consume`` returns: the messages (blocking), or a coroutine of them (asyncio).
+WindowResult = TypeVar("WindowResult")
+
+
+class DriverBase(Generic[WindowResult]):
     """Base of :class:`NSQConnection` and :class:`AsyncNSQConnection`."""
 
     def __init__(self, config: ClientConfig | None = None) -> None:
@@ -42,6 +84,11 @@ class DriverBase:
     def __repr__(self) -> str:
         state = self._core.state.value if self._core else "not connected"
         return f"<{type(self).__name__} {self.config.address} {state}>"
+
+    @property
+    def _peer(self) -> str:
+        """Who this connection talks to, for error messages."""
+        return f"nsqd at {self.config.address}"
 
     # -- what the connection negotiated -------------------------------------------
 
@@ -97,16 +144,176 @@ class DriverBase:
         self._flush()
 
     def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
-        respond_all(self._require_core(), messages, command, delay_ms)
+        """Queue FIN, REQ or TOUCH for every message not yet FIN'd or REQ'd (one write)."""
+        core = self._require_core()
+        todo = [m for m in messages if not m._responded]
+        if not todo:
+            return
+        if command == "FIN":
+            core.fin_many([m.raw_id for m in todo])
+        elif command == "REQ":
+            for m in todo:
+                core.req(m.raw_id, delay_ms)
+        else:
+            for m in todo:
+                core.touch(m.raw_id)
+            return
+        for m in todo:
+            m._responded = True
+
+    # -- a consume window ------------------------------------------------------------
+
+    def consume(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        max_messages: int = 1,
+        timeout: float = 5.0,
+        ack: AckMode = "fin",
+        requeue_delay_ms: int = 0,
+    ) -> WindowResult:
+        """One subscribe window: SUB, RDY, collect up to ``max_messages`` or until
+        ``timeout`` seconds pass, then stop delivery (CLS). Await it on the asyncio driver.
+
+        ``ack`` decides what happens to the messages: ``"fin"`` FINs them before
+        returning, ``"req"`` REQs them (a peek; attempts + 1), ``"manual"`` hands them back
+        unanswered: FIN or REQ them on this connection (``finish``/``requeue``) and then
+        ``close()`` it; anything still unanswered at ``close()`` is REQ'd.
+        """
+        check_window(max_messages, timeout, ack, self.max_rdy_count)
+        return self._run_window(
+            Window(topic, channel, max_messages, timeout, ack, requeue_delay_ms)
+        )
+
+    def _run_window(self, window: Window) -> WindowResult:
+        """SUB, RDY, read until the window ends, CLS, then :meth:`_end_window`."""
+        raise NotImplementedError
+
+    def _end_window(self, window: Window) -> list[NSQMessage]:
+        """After CLS: settle the window's messages and the stragglers nsqd sent first."""
+        got = settle_window(
+            self,
+            window.got,
+            self._take_messages(),
+            window.max_messages,
+            window.ack,
+            window.requeue_delay_ms,
+        )
+        if window.ack == "manual":
+            self._held = got  # the caller answers them; close() REQs what is left
+        return got
+
+    # -- what each driver supplies --------------------------------------------------
 
     def _flush(self) -> None:
+        """Write what the core has queued."""
         raise NotImplementedError
+
+    def _flush_soon(self) -> None:
+        """Write what the core has queued, now or within this event-loop iteration."""
+        self._flush()
+
+    def _start_tls(self) -> None:
+        """Run (or start) the TLS client handshake, then call ``core.tls_established()``."""
+        raise NotImplementedError
+
+    def _reply_arrived(self, data: bytes) -> None:
+        """nsqd answered the oldest command still waiting for its reply."""
+        raise NotImplementedError
+
+    def _messages_arrived(self) -> None:
+        """``self._messages`` grew (a waiting reader may wake)."""
+
+    def _fail(self, error: NSQError) -> None:
+        """The connection failed with ``error``; the first failure is the one reported."""
+        if self._failure is None:
+            self._failure = error
 
     def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
         """``message.finish()`` and friends land here (see NSQMessage)."""
-        raise NotImplementedError
+        self._respond_all((message,), command, delay_ms)
+        self._flush_soon()
+
+    def _take_messages(self) -> list[NSQMessage]:
+        """The messages delivered and not yet handed out; the caller owns them now."""
+        messages = self._messages
+        self._messages = []
+        return messages
+
+    # -- input: one dispatch for both drivers -----------------------------------------
+
+    def _receive(self, data: bytes | memoryview) -> None:
+        """Feed bytes read from the transport (``b""``: EOF) to the core and act on the
+        events they complete. Invalid bytes are recorded as the failure and raised."""
+        core = self._core
+        if core is None:
+            return
+        core.receive_data(data)
+        try:
+            messages, events = core.messages_and_events()
+        except NSQError as exc:
+            self._fail(exc)
+            raise
+        if messages:
+            self._messages += messages  # type: ignore[arg-type]
+            self._messages_arrived()
+        for event in events:
+            if isinstance(event, Reply):
+                if event.command not in HANDSHAKE_REPLIES:
+                    self._reply_arrived(event.data)
+            elif isinstance(event, ServerWarning):
+                log.warning("nsqd at %s: %s", self.config.address, event.error)
+                self.warnings.append(event.error)
+            elif isinstance(event, CommandFailed):
+                self._fail(event.error)
+            elif isinstance(event, ConnectionClosed):
+                self._fail(self._closed_error(event.pending))
+            elif isinstance(event, StartTLS):
+                self._start_tls()
+            # Heartbeat: the core queued the NOP, written below.
+        if core.state not in CLOSED_STATES:
+            self._flush()  # the NOP for a heartbeat; AUTH once IDENTIFY asked for it
+
+    def _closed_error(self, pending: Sequence[str]) -> NSQConnectionClosedError:
+        text = f"{self._peer} closed the connection"
+        if pending:
+            text += f" before answering {', '.join(pending)}: the outcome is unknown"
+        return NSQConnectionClosedError(text)
+
+    # -- publishing ------------------------------------------------------------------
+
+    @staticmethod
+    def _queue_mpub(core: ClientConnection, topic: str, bodies: Iterable[bytes]) -> list[int]:
+        """Queue ``bodies`` as as few MPUB frames as fit; each frame's message count."""
+        counts = core.mpub_split(topic, bodies)
+        if not counts:
+            raise NSQValueError("multi_publish needs at least one message")
+        return counts
+
+    @staticmethod
+    def _mpub_failed(exc: NSQError, done: int, counts: Sequence[int]) -> NSQError:
+        """The error to raise when MPUB frame ``done`` failed: it says what nsqd took."""
+        if not done:
+            return exc
+        accepted = f"{done} MPUB frames with {sum(counts[:done])} messages"
+        return with_context(exc, f"(nsqd had accepted {accepted} before)")
 
     # -- shared bookkeeping -----------------------------------------------------------
+
+    def _new_core(self) -> ClientConnection:
+        """A fresh protocol core for a new TCP connection, counted in ``connects``."""
+        cfg = self.config
+        self.connects += 1
+        self._core = ClientConnection(
+            identify=cfg.identify_fields(),
+            auth_secret=cfg.auth_secret.encode() if cfg.auth_secret else None,
+            max_msg_size=cfg.max_msg_size,
+            max_body_size=cfg.max_body_size,
+            max_req_timeout_ms=cfg.max_req_timeout_ms,
+            message_class=self._message_class,
+        )
+        return self._core
 
     def _require_core(self) -> ClientConnection:
         core = self._core
@@ -141,18 +348,3 @@ class DriverBase:
         self._held = []
         self._failure = None
         self._subscribed = False
-
-    def _end_window(
-        self,
-        got: list[NSQMessage],
-        max_messages: int,
-        ack: AckMode,
-        requeue_delay_ms: int,
-    ) -> list[NSQMessage]:
-        """After CLS: settle the window's messages and the stragglers nsqd sent first."""
-        stragglers = self._messages
-        self._messages = []
-        got = settle_window(self, got, stragglers, max_messages, ack, requeue_delay_ms)
-        if ack == "manual":
-            self._held = got  # the caller answers them; close() REQs what is left
-        return got

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import ssl
 import time
@@ -24,12 +23,10 @@ import h11
 from .. import __version__
 from ..protocol.errors import (
     NSQConnectionError,
-    NSQError,
     NSQProtocolError,
-    NSQTimeoutError,
-    NSQTLSError,
 )
 from .address import format_address
+from .io_errors import map_exceptions
 
 #: What nsqd and nsqlookupd answer with their versioned JSON shape (no ``data`` wrapper).
 NSQ_V1_ACCEPT = "application/vnd.nsq; version=1.0"
@@ -143,21 +140,6 @@ class _Exchange:
                 raise NSQConnectionError(f"{self.url} closed the connection mid-response")
 
 
-def _timeout_error(url: str, timeout: float) -> NSQTimeoutError:
-    return NSQTimeoutError(f"{url} did not answer within {timeout:g}s")
-
-
-def _connect_error(url: str, exc: OSError) -> NSQConnectionError:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return NSQTLSError(
-            f"TLS certificate of {url} failed verification: {exc.verify_message or exc}"
-        )
-    if isinstance(exc, ssl.SSLError):
-        return NSQTLSError(f"TLS handshake with {url} failed: {exc}")
-    why = os.strerror(exc.errno) if exc.errno else str(exc)
-    return NSQConnectionError(f"could not reach {url}: {why}")
-
-
 def http_request(
     host: str,
     port: int,
@@ -181,28 +163,24 @@ def http_request(
     deadline = time.monotonic() + timeout
     sock: socket.socket | None = None
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-        if ssl_context is not None:
-            sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
-        sock.sendall(exchange.request_bytes)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _timeout_error(exchange.url, timeout)
-            sock.settimeout(remaining)
-            try:
-                data = sock.recv(_READ_SIZE)
-            except ConnectionResetError:
-                data = b""
-            response = exchange.receive(data)
-            if response is not None:
-                return response
-    except TimeoutError:
-        raise _timeout_error(exchange.url, timeout) from None
-    except NSQError:
-        raise
-    except OSError as exc:
-        raise _connect_error(exchange.url, exc) from None
+        with map_exceptions(exchange.url, "reach", timeout):
+            sock = socket.create_connection((host, port), timeout=timeout)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+        with map_exceptions(exchange.url, "get an answer from", timeout):
+            sock.sendall(exchange.request_bytes)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError  # worded by map_exceptions, as a recv timeout is
+                sock.settimeout(remaining)
+                try:
+                    data = sock.recv(_READ_SIZE)
+                except ConnectionResetError:
+                    data = b""
+                response = exchange.receive(data)
+                if response is not None:
+                    return response
     finally:
         if sock is not None:
             sock.close()
@@ -225,15 +203,11 @@ async def ahttp_request(
         host, port, target, method, headers, body, "https" if ssl_context else "http"
     )
     writer: asyncio.StreamWriter | None = None
+    deadline = time.monotonic() + timeout
 
-    async def run() -> HTTPResponse:
-        nonlocal writer
-        reader, writer = await asyncio.open_connection(
-            host,
-            port,
-            ssl=ssl_context,
-            server_hostname=(server_hostname or host) if ssl_context else None,
-        )
+    async def exchange_bytes(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> HTTPResponse:
         writer.write(exchange.request_bytes)
         await writer.drain()
         while True:
@@ -246,13 +220,21 @@ async def ahttp_request(
                 return response
 
     try:
-        return await asyncio.wait_for(run(), timeout)
-    except asyncio.TimeoutError:
-        raise _timeout_error(exchange.url, timeout) from None
-    except NSQError:
-        raise
-    except OSError as exc:
-        raise _connect_error(exchange.url, exc) from None
+        with map_exceptions(exchange.url, "reach", timeout):
+            reader, opened = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=ssl_context,
+                    server_hostname=(server_hostname or host) if ssl_context else None,
+                ),
+                timeout,
+            )
+            writer = opened
+        with map_exceptions(exchange.url, "get an answer from", timeout):
+            return await asyncio.wait_for(
+                exchange_bytes(reader, opened), max(deadline - time.monotonic(), 0.0)
+            )
     finally:
         if writer is not None:
             writer.close()

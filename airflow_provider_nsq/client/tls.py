@@ -33,13 +33,3 @@ def build_ssl_context(config: ClientConfig) -> ssl.SSLContext:
                 f"tls_cert_file/tls_key_file could not be loaded: {exc.reason}"
             ) from None
     return context
-
-
-def describe_tls_error(config: ClientConfig, exc: BaseException) -> NSQTLSError:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        why = exc.verify_message or str(exc)
-        return NSQTLSError(
-            f"TLS certificate of nsqd at {config.address} failed verification: {why} "
-            "(set tls_ca_file to the CA that signed it)"
-        )
-    return NSQTLSError(f"TLS handshake with nsqd at {config.address} failed: {exc}")

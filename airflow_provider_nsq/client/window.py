@@ -1,31 +1,18 @@
-"""Pieces both drivers share: building the protocol core from a config, the consume
-window's checks, and the idle deadline."""
+"""A consume window (SUB, RDY, collect, CLS) as both drivers run it: the arguments'
+checks and how the window's messages are settled at its end."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ..protocol.connection import ClientConnection
-from ..protocol.errors import NSQError, NSQServerError, NSQValueError
-from ..protocol.frames import Message
-from .config import ClientConfig
+from ..protocol.errors import NSQValueError
 from .message import NSQMessage
 
 AckMode = Literal["fin", "req", "manual"]
 ACK_MODES: tuple[str, ...] = ("fin", "req", "manual")
-
-
-def new_core(config: ClientConfig, message_class: type[Message]) -> ClientConnection:
-    secret = config.auth_secret.encode() if config.auth_secret else None
-    return ClientConnection(
-        identify=config.identify_fields(),
-        auth_secret=secret,
-        max_msg_size=config.max_msg_size,
-        max_body_size=config.max_body_size,
-        max_req_timeout_ms=config.max_req_timeout_ms,
-        message_class=message_class,
-    )
 
 
 def check_window(max_messages: object, timeout: object, ack: object, max_rdy_count: int) -> None:
@@ -43,44 +30,27 @@ def check_window(max_messages: object, timeout: object, ack: object, max_rdy_cou
         raise NSQValueError(f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
 
 
-def idle_limit_s(config: ClientConfig) -> float | None:
-    """Seconds of client silence after which nsqd may already have dropped us.
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One consume window: the arguments :meth:`consume` took, and the messages it got."""
 
-    nsqd closes a connection it has not read a command from for 2 x heartbeat_interval
-    (FACTS.md section 7); we stop trusting it a margin before that.
-    """
-    hb = config.effective_heartbeat_interval_ms
-    if hb <= 0:
-        return None
-    margin = min(hb / 2, 5000)
-    return (2 * hb - margin) / 1000
+    topic: str
+    channel: str
+    max_messages: int
+    timeout: float
+    ack: AckMode
+    requeue_delay_ms: int
+    got: list[NSQMessage] = field(default_factory=list)
 
-
-def with_context(exc: NSQError, suffix: str) -> NSQError:
-    """A copy of ``exc`` (same class, same code) whose message ends with ``suffix``."""
-    if isinstance(exc, NSQServerError):
-        return type(exc)(exc.code, f"{exc.description} {suffix}".strip())
-    return type(exc)(f"{exc} {suffix}")
-
-
-def respond_all(
-    core: ClientConnection, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0
-) -> None:
-    """Queue FIN, REQ or TOUCH for every message not yet FIN'd or REQ'd (one write)."""
-    todo = [m for m in messages if not m._responded]
-    if not todo:
-        return
-    if command == "FIN":
-        core.fin_many([m.raw_id for m in todo])
-    elif command == "REQ":
-        for m in todo:
-            core.req(m.raw_id, delay_ms)
-    else:
-        for m in todo:
-            core.touch(m.raw_id)
-        return
-    for m in todo:
-        m._responded = True
+    def waits(self) -> Iterator[float]:
+        """How long each wait may last: until the window holds ``max_messages`` or
+        ``timeout`` seconds have passed since the first wait."""
+        deadline = time.monotonic() + self.timeout
+        while len(self.got) < self.max_messages:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            yield remaining
 
 
 class _Acknowledger(Protocol):

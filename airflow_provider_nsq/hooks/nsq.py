@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
+from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
 from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 #: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
 #: Extras that configure the hook, not the TCP client.
-_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "http_port")
+_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "http_port", "https_port")
 #: Longest wait test_connection() allows itself, whatever the connection says.
 _TEST_CONNECTION_TIMEOUT_S = 10.0
 
@@ -282,6 +283,46 @@ class NSQHook(BaseHook):
         """The ``http_port`` extra (nsqd's HTTP API port), or None."""
         self.get_client_config()
         return self._extras.get("http_port")
+
+    @property
+    def https_port(self) -> int | None:
+        """The ``https_port`` extra (nsqd's HTTPS API port), or None."""
+        self.get_client_config()
+        return self._extras.get("https_port")
+
+    # -- nsqd's HTTP API: how many messages wait, without taking any ---------------------
+
+    def get_http_api(self) -> NSQDHTTPClient | None:
+        """nsqd's HTTP API as the connection describes it (``http_port``, or
+        ``https_port`` with TLS on); None when the connection names neither.
+
+        Call :meth:`get_client_config` (or :meth:`aget_client_config` in a trigger) first,
+        or let this read the connection.
+        """
+        config = self.get_client_config()
+        return NSQDHTTPClient.from_config(
+            config,
+            http_port=self._extras.get("http_port"),
+            https_port=self._extras.get("https_port"),
+        )
+
+    def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
+        """What ``channel`` holds, from nsqd's ``/stats``: no message is taken, so no
+        ``attempts`` go up. Creates the channel when it is missing (as a SUB would), so
+        messages published from now on wait for it. None when the connection has no HTTP
+        port; NSQError subclasses when the API cannot be read."""
+        api = self.get_http_api()
+        if api is None:
+            return None
+        return api.channel_depth(topic, channel, create=True)
+
+    async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
+        """:meth:`channel_depth` for triggers (asyncio, no thread)."""
+        await self.aget_client_config()
+        api = self.get_http_api()
+        if api is None:
+            return None
+        return await api.achannel_depth(topic, channel, create=True)
 
     # -- connections ---------------------------------------------------------------
 

@@ -74,5 +74,22 @@ class NSQTLSError(NSQConnectionError):
     """TLS was requested but could not be set up (not negotiated, or handshake failed)."""
 
 
+class NSQHTTPError(NSQError):
+    """nsqd's or nsqlookupd's HTTP API answered with an error status.
+
+    ``status`` is the HTTP status, ``text`` the server's ``{"message": ...}`` (e.g.
+    ``TOPIC_NOT_FOUND``), ``url`` what was asked.
+    """
+
+    def __init__(self, url: str, status: int, text: str) -> None:
+        self.url = url
+        self.status = status
+        self.text = text
+        super().__init__(f"{url} answered HTTP {status}: {text}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, str]]:
+        return (type(self), (self.url, self.status, self.text))
+
+
 class NSQAuthError(NSQError):
     """nsqd requires AUTH and no secret is configured."""

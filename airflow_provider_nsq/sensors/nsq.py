@@ -11,6 +11,7 @@ redelivers them too.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,11 +20,18 @@ from airflow.sdk import BaseSensorOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from ..client import NSQMessage
+from ..client.nsqd_http import ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
 from ..operators.nsq import is_templated
-from ..protocol.errors import NSQValueError
-from ..protocol.names import validate_channel_name, validate_topic_name
+from ..protocol.errors import (
+    NSQConnectionError,
+    NSQHTTPError,
+    NSQProtocolError,
+    NSQTimeoutError,
+    NSQValueError,
+)
+from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..triggers.nsq import NSQMessageTrigger
 
 if TYPE_CHECKING:
@@ -32,6 +40,10 @@ if TYPE_CHECKING:
 #: nsqd's default --max-rdy-count: a window holds all its messages in flight at once.
 MAX_WINDOW_MESSAGES = 2500
 XCOM_RETURN_KEY = "return_value"
+#: Without nsqd's HTTP API, each short window redelivers what it saw; the next window
+#: waits max(poke_interval, window) x 2^(n+1) after the n-th short window in a row, up to
+#: this many seconds.
+TCP_WINDOW_MAX_BACKOFF_S = 300.0
 
 Rejected = Literal["finish", "requeue"]
 
@@ -49,23 +61,29 @@ __all__ = [
 class NSQSensor(BaseSensorOperator):
     """Wait for messages on an NSQ channel and pass them downstream via XCom.
 
-    Each poke opens one subscribe window of ``window`` on ``topic``/``channel`` and takes
-    up to ``max_messages``. The sensor succeeds when a window yields at least
-    ``min_messages`` messages that ``message_filter`` accepts; its XCom value
-    (``return_value``) is the list of those messages, each a dict: ``id``, ``body``
-    (str; base64 text when ``body_encoding == "base64"``), ``body_encoding``
-    (``"utf-8"`` or ``"base64"``), ``attempts``, ``timestamp`` (ns since the epoch, set
-    by nsqd at publish), ``topic``, ``channel``.
+    The sensor succeeds when one subscribe window of ``window`` on ``topic``/``channel``
+    yields at least ``min_messages`` messages that ``message_filter`` accepts (a window
+    takes up to ``max_messages``). Its XCom value (``return_value``) is the list of those
+    messages, each a dict: ``id``, ``body`` (str; base64 text when ``body_encoding ==
+    "base64"``), ``body_encoding`` (``"utf-8"`` or ``"base64"``), ``attempts``,
+    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``.
 
-    The task pushes that XCom itself and only then FINs the messages; on any failure
-    before that they are REQ'd and nsqd redelivers them. A window with too few messages
-    REQs them at once (no delay) and the sensor keeps poking. Delivery is at-least-once:
+    How it waits: when the connection names nsqd's HTTP API (``http_port``, or
+    ``https_port`` with TLS), every check reads the channel's depth from ``/stats`` and a
+    window is opened only once ``min_messages`` are ready, so waiting takes nothing and
+    redelivers nothing. Without it, the window itself is the check: a short window hands
+    its messages back (``REQ``, ``attempts + 1``) and the next window waits longer (see
+    docs/sensors.md). In deferrable mode the checks run in the triggerer. ``timeout``
+    bounds the whole wait, across deferrals.
+
+    The task pushes the XCom itself and only then FINs the messages; on any failure
+    before that they are REQ'd and nsqd redelivers them. Delivery is at-least-once:
     downstream tasks may see a message twice (same ``id``, higher ``attempts``).
 
     :param topic: the topic name (templated).
     :param channel: the channel this sensor consumes from; required. A durable name keeps
         messages between runs; a ``#ephemeral`` channel only sees messages published while
-        a window is open (templated).
+        a window is open, so it cannot be deferrable (templated).
     :param min_messages: accepted messages one window must yield to succeed (default 1).
     :param max_messages: most messages one window takes (default 100, at most 2500).
     :param window: how long one subscribe window listens: ``timedelta`` or seconds
@@ -79,7 +97,7 @@ class NSQSensor(BaseSensorOperator):
     :param rejected_requeue_delay: REQ delay for rejected messages with
         ``rejected="requeue"``: ``timedelta`` or milliseconds (default 0).
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
-    :param deferrable: wait in the triggerer between windows instead of holding a worker
+    :param deferrable: wait in the triggerer between checks instead of holding a worker
         slot (default: ``[operators] default_deferrable``).
     """
 
@@ -126,6 +144,8 @@ class NSQSensor(BaseSensorOperator):
             )
         if rejected not in ("finish", "requeue"):
             raise NSQValueError(f"rejected must be 'finish' or 'requeue', got {rejected!r}")
+        if deferrable and not is_templated(channel):
+            _check_deferrable_channel(channel)
         self.topic = topic
         self.channel = channel
         self.min_messages = min_messages
@@ -139,6 +159,10 @@ class NSQSensor(BaseSensorOperator):
         self.nsq_conn_id = nsq_conn_id
         self.deferrable = deferrable
         self._batch: list[NSQMessage] = []
+        # Without nsqd's HTTP API: when the next window may open, and how many came back
+        # short in a row (each one redelivered what it saw).
+        self._next_tcp_window = 0.0
+        self._short_tcp_windows = 0
 
     @cached_property
     def hook(self) -> NSQHook:
@@ -149,13 +173,68 @@ class NSQSensor(BaseSensorOperator):
             return import_callable(self.message_filter)
         return self.message_filter
 
-    # -- one window ------------------------------------------------------------------
+    # -- checks and windows -------------------------------------------------------------
 
     def poke(self, context: Context) -> bool:
-        """One subscribe window. True when it yielded at least ``min_messages`` accepted
-        messages; they stay in flight (unanswered) until :meth:`execute` delivers them."""
+        """One check, then a window if the check allows it. True when the window yielded
+        at least ``min_messages`` accepted messages; they stay in flight (unanswered)
+        until :meth:`execute` delivers them."""
         validate_topic_name(self.topic)
         validate_channel_name(self.channel)
+        depth = self._channel_depth()
+        if depth is not None:
+            if depth.ready < self.min_messages:
+                self.log.info(
+                    "%s of %s message(s) ready on %s/%s (nsqd's /stats at %s); no window opened",
+                    depth.ready,
+                    self.min_messages,
+                    self.topic,
+                    self.channel,
+                    depth.nsqd,
+                )
+                return False
+        elif time.monotonic() < self._next_tcp_window:
+            return False  # backing off after a short window: it redelivered what it saw
+        ok = self._window()
+        if depth is None:
+            self._after_tcp_window(ok)
+        return ok
+
+    def _channel_depth(self) -> ChannelDepth | None:
+        """The channel's depth from nsqd's HTTP API; None when the connection has no HTTP
+        port, the channel is ephemeral (it exists only while a window is open), or the API
+        cannot be read (then the window is the check)."""
+        if is_ephemeral(self.channel):
+            return None
+        try:
+            return self.hook.channel_depth(self.topic, self.channel)
+        except (NSQConnectionError, NSQTimeoutError, NSQHTTPError, NSQProtocolError) as exc:
+            self.log.warning(
+                "nsqd's HTTP API could not be read (%s); opening a window instead (a short "
+                "window redelivers the messages it sees)",
+                exc,
+            )
+            return None
+
+    def _after_tcp_window(self, ok: bool) -> None:
+        if ok:
+            self._short_tcp_windows = 0
+            self._next_tcp_window = 0.0
+            return
+        self._short_tcp_windows += 1
+        pause = min(
+            max(self.poke_interval, self.window) * 2 ** (self._short_tcp_windows + 1),
+            max(TCP_WINDOW_MAX_BACKOFF_S, self.poke_interval),
+        )
+        self._next_tcp_window = time.monotonic() + pause
+        self.log.info(
+            "No HTTP API to check the channel: the next window opens in %gs at the earliest",
+            pause,
+        )
+
+    def _window(self) -> bool:
+        """One subscribe window: True when it yielded at least ``min_messages`` accepted
+        messages (kept in flight for :meth:`_deliver`); otherwise they are REQ'd."""
         hook = self.hook
         messages = hook.consume(
             self.topic,
@@ -247,7 +326,8 @@ class NSQSensor(BaseSensorOperator):
     # -- task entry points -------------------------------------------------------------
 
     def execute(self, context: Context) -> None:
-        """Poke until a window succeeds (or defer between windows), then deliver.
+        """Check (and window) until the channel delivers (or defer between checks), then
+        deliver.
 
         Returns None: the XCom was pushed by :meth:`_deliver` before the FIN, so the task
         runner has nothing left to push.
@@ -255,10 +335,10 @@ class NSQSensor(BaseSensorOperator):
         self._check_no_mapped_dependants()
         try:
             if self.deferrable:
-                deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
-                    seconds=self.timeout
-                )
+                _check_deferrable_channel(self.channel)
+                deadline = time.time() + self.timeout
                 if not self.poke(context):
+                    self._timeout_if_past(deadline, None)
                     self._defer(deadline)
             else:
                 super().execute(context)
@@ -272,38 +352,52 @@ class NSQSensor(BaseSensorOperator):
         event: dict[str, Any] | None = None,
         deadline: str | None = None,
     ) -> None:
-        """Resume after the trigger fired: one window through :meth:`poke`; defer again
-        if it comes back short."""
-        if not event or event.get("status") != "message":
-            detail = (event or {}).get("message", "the trigger ended without an event")
+        """Resume after the trigger fired: on ``ready``, one window; defer again if it
+        comes back short. The deadline set by the first try carries over (from the
+        deferral's kwargs, or from the event where ``dag.test()`` drops those)."""
+        event = event or {}
+        status = event.get("status")
+        when = _deadline_epoch(deadline or event.get("deadline"))
+        if when is None:  # an event from an older trigger: bound the wait from now
+            when = time.time() + self.timeout
+        if status == "timeout":
+            self._timeout_if_past(when, event.get("ready"), force=True)
+        if status not in ("ready", "message"):  # "message": the trigger's older payload
+            detail = event.get("message", "the trigger ended without an event")
             raise AirflowException(f"NSQSensor trigger failed: {detail}")
-        when = (
-            datetime.datetime.fromisoformat(deadline)
-            if deadline
-            else datetime.datetime.now(datetime.timezone.utc)
-            + datetime.timedelta(seconds=self.timeout)
-        )
         try:
-            if not self.poke(context):
-                if datetime.datetime.now(datetime.timezone.utc) >= when:
-                    raise AirflowSensorTimeout(
-                        f"Sensor has timed out: no window on {self.topic}/{self.channel} yielded "
-                        f"{self.min_messages} message(s) within {self.timeout}s"
-                    )
+            if not self._window():
+                self._timeout_if_past(when, None)
                 self._defer(when)
             self._deliver(context)
         finally:
             self.hook.close()
 
-    def _defer(self, deadline: datetime.datetime) -> None:
-        remaining = deadline - datetime.datetime.now(datetime.timezone.utc)
+    def _timeout_if_past(self, deadline: float, ready: int | None, force: bool = False) -> None:
+        if force or time.time() >= deadline:
+            seen = "" if ready is None else f" ({ready} were ready at the last check)"
+            raise AirflowSensorTimeout(
+                f"Sensor has timed out: {self.topic}/{self.channel} did not yield "
+                f"{self.min_messages} message(s) within {self.timeout}s{seen}"
+            )
+
+    def _defer(self, deadline: float) -> None:
+        remaining = max(deadline - time.time(), 1.0)
+        iso = _deadline_iso(deadline)
         self.defer(
             trigger=NSQMessageTrigger(
-                topic=self.topic, channel=self.channel, nsq_conn_id=self.nsq_conn_id
+                topic=self.topic,
+                channel=self.channel,
+                nsq_conn_id=self.nsq_conn_id,
+                min_messages=self.min_messages,
+                deadline=deadline,
+                poll_interval=float(self.poke_interval),
             ),
             method_name="execute_complete",
-            kwargs={"deadline": deadline.isoformat()},
-            timeout=max(remaining, datetime.timedelta(seconds=1)),
+            kwargs={"deadline": iso},
+            # The trigger also fires its own timeout event at the deadline: dag.test()
+            # runs triggers without applying this one.
+            timeout=datetime.timedelta(seconds=remaining),
         )
 
     def _check_no_mapped_dependants(self) -> None:
@@ -316,3 +410,24 @@ class NSQSensor(BaseSensorOperator):
 
     def on_kill(self) -> None:
         self.hook.close()
+
+
+def _check_deferrable_channel(channel: str) -> None:
+    if is_ephemeral(channel):
+        raise NSQValueError(
+            f"channel {channel!r} is ephemeral: nsqd deletes it when the last window "
+            "closes, so messages cannot wait for the task while it is deferred; use a "
+            "durable channel with deferrable=True"
+        )
+
+
+def _deadline_iso(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat()
+
+
+def _deadline_epoch(value: object) -> float | None:
+    if isinstance(value, str) and value:
+        return datetime.datetime.fromisoformat(value).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None

@@ -24,6 +24,14 @@ def nsq_default(nsqd, monkeypatch) -> str:
     return uri
 
 
+@pytest.fixture
+def nsq_default_tcp_only(nsqd, monkeypatch) -> str:
+    """``nsq_default`` without nsqd's HTTP port: sensors must fall back to TCP windows."""
+    uri = f"nsq://{nsqd.host}:{nsqd.tcp_port}"
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", uri)
+    return uri
+
+
 def client_config(nsqd, **changes: Any) -> ClientConfig:
     return ClientConfig(host=nsqd.host, port=nsqd.tcp_port, **changes)
 

@@ -35,6 +35,7 @@ ALL_EXTRAS = {
     "lookupd_http_addresses": "lookupd-1:4161,lookupd-2:4161",
     "connect_timeout": "2.5",
     "http_port": "4151",
+    "https_port": "4152",
     "max_msg_size": "2048",
     "max_body_size": "8192",
     "max_req_timeout_ms": "7200000",
@@ -90,6 +91,7 @@ def _check(hook: NSQHook) -> None:
         assert getattr(config, name) == value, name
     assert hook.lookupd_http_addresses == ["lookupd-1:4161", "lookupd-2:4161"]
     assert hook.http_port == 4151
+    assert hook.https_port == 4152
 
 
 def test_every_extra_is_documented_in_the_test():

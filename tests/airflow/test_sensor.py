@@ -4,7 +4,9 @@ that nothing is lost when the task fails before its XCom is recorded."""
 from __future__ import annotations
 
 import datetime
+import socket
 import threading
+import time
 
 import pytest
 from airflow.sdk.exceptions import (
@@ -18,6 +20,7 @@ from airflow_provider_nsq.client import NSQConnection
 from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.sensors.nsq import NSQSensor, decode_record_body
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
+from tests.dags.nsq_sensor_dags import WAIT_TIMEOUT_S, WAIT_WINDOW_S
 
 from .conftest import TEST_DAGS, channel_is_empty, client_config, load_dag, read, run_dag
 
@@ -70,6 +73,12 @@ def test_channel_is_required():
         NSQSensor(task_id="wait", topic="events")  # type: ignore[call-arg]
 
 
+def test_an_ephemeral_channel_cannot_be_deferrable():
+    with pytest.raises(NSQValueError, match="ephemeral"):
+        _sensor(channel="etl#ephemeral", deferrable=True)
+    _sensor(channel="etl#ephemeral")  # poke mode: each window sees what arrives while open
+
+
 def test_templated_names_are_accepted_at_parse():
     sensor = _sensor(topic="{{ params.topic }}", channel="{{ params.channel }}")
     assert {"topic", "channel", "nsq_conn_id"} <= set(sensor.template_fields)
@@ -86,10 +95,14 @@ def test_deferrable_defers_with_timeout_and_a_serialisable_trigger(mocker):
         sensor.execute({})
     deferred = info.value
     assert isinstance(deferred.trigger, NSQMessageTrigger)
-    assert deferred.trigger.serialize()[1]["nsq_conn_id"] == "conn_x"
+    kwargs = deferred.trigger.serialize()[1]
+    assert (kwargs["nsq_conn_id"], kwargs["min_messages"]) == ("conn_x", 1)
     assert deferred.method_name == "execute_complete"
     assert datetime.timedelta(seconds=110) < deferred.timeout <= datetime.timedelta(seconds=120)
-    assert "deadline" in deferred.kwargs
+    # One deadline for the whole wait: in the trigger, and back to the task on resume.
+    assert 110 < kwargs["deadline"] - time.time() <= 120
+    resumed = datetime.datetime.fromisoformat(deferred.kwargs["deadline"]).timestamp()
+    assert resumed == pytest.approx(kwargs["deadline"])
 
 
 def test_trigger_error_fails_the_task_or_skips_it_with_soft_fail():
@@ -112,26 +125,119 @@ def test_trigger_timeout_is_a_sensor_timeout_or_a_skip_with_soft_fail():
         _sensor(deferrable=True, soft_fail=True).resume_execution("__fail__", fail, {})
 
 
+def _iso_in(seconds: float) -> str:
+    return (
+        datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+    ).isoformat()
+
+
 def test_past_deadline_after_a_short_window_times_out(mocker):
     sensor = _sensor(deferrable=True)
-    mocker.patch.object(sensor, "poke", return_value=False)
-    past = (
-        datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
-    ).isoformat()
+    window = mocker.patch.object(sensor, "_window", return_value=False)
     with pytest.raises(AirflowSensorTimeout):
-        sensor.execute_complete({}, event={"status": "message"}, deadline=past)
+        sensor.execute_complete({}, event={"status": "ready"}, deadline=_iso_in(-1))
+    window.assert_called_once()  # the trigger said "ready": no second check first
+
+
+def test_a_resumed_task_keeps_the_first_deadline(mocker):
+    sensor = _sensor(deferrable=True, timeout=3600)
+    mocker.patch.object(sensor, "_window", return_value=False)
+    deadline = _iso_in(30)
+    with pytest.raises(TaskDeferred) as info:
+        sensor.execute_complete({}, event={"status": "ready"}, deadline=deadline)
+    assert info.value.kwargs["deadline"] == deadline
+    assert info.value.timeout <= datetime.timedelta(seconds=30)
+
+
+def test_the_deadline_comes_back_in_the_event_where_dag_test_drops_the_kwargs(mocker):
+    sensor = _sensor(deferrable=True, timeout=3600)
+    mocker.patch.object(sensor, "_window", return_value=False)
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute_complete({}, event={"status": "ready", "deadline": _iso_in(-1)})
+
+
+def test_the_triggers_timeout_event_is_a_sensor_timeout_or_a_skip_with_soft_fail():
+    event = {"status": "timeout", "ready": 1, "deadline": _iso_in(-1)}
+    with pytest.raises(AirflowSensorTimeout, match=r"1 were ready"):
+        _sensor(deferrable=True).resume_execution("execute_complete", {"event": event}, {})
+    with pytest.raises(AirflowSkipException):
+        _sensor(deferrable=True, soft_fail=True).resume_execution(
+            "execute_complete", {"event": event}, {}
+        )
 
 
 # -- one window against the broker ------------------------------------------------------
 
 
-def test_short_window_requeues_at_once_and_keeps_waiting(nsqd, nsq_default, nsq_topic):
+def test_below_min_messages_no_window_opens_and_nothing_is_redelivered(
+    nsqd, nsq_default, nsq_topic
+):
+    nsqd.create_channel(nsq_topic, "etl")
     nsqd.http_publish(nsq_topic, b"only-one")
     sensor = _sensor(topic=nsq_topic, min_messages=2, max_messages=5)
+
     assert sensor.poke({}) is False
+    assert sensor.poke({}) is False
+
+    stats = nsqd.channel_stats(nsq_topic, "etl")
+    assert (stats["depth"], stats["requeue_count"], stats["message_count"]) == (1, 0, 1)
+    (message,) = read(nsqd, nsq_topic, "etl", count=1)
+    assert (message.body, message.attempts) == (b"only-one", 1)  # never delivered before
+
+
+def test_the_first_check_registers_the_channel_so_messages_wait_for_it(
+    nsqd, nsq_default, nsq_topic
+):
+    nsqd.create_channel(nsq_topic, "another-consumer")
+    sensor = _sensor(topic=nsq_topic)
+
+    assert sensor.poke({}) is False  # the channel did not exist: now it does
+    nsqd.http_publish(nsq_topic, b"published-later")
+
+    try:
+        assert nsqd.wait_for(lambda: sensor.poke({})) is True
+        records = [m.body for m in sensor._batch]
+    finally:
+        sensor.hook.close()
+    assert records == [b"published-later"]
+
+
+def test_without_http_a_short_window_requeues_and_the_next_one_waits(
+    nsqd, nsq_default_tcp_only, nsq_topic
+):
+    nsqd.create_channel(nsq_topic, "etl")
+    nsqd.http_publish(nsq_topic, b"only-one")
+    sensor = _sensor(topic=nsq_topic, min_messages=2, max_messages=5, poke_interval=60)
+
+    assert sensor.poke({}) is False  # the window saw one message and handed it back
+    assert sensor.poke({}) is False  # backing off: no second window, no redelivery
+
     nsqd.wait_for(lambda: (nsqd.channel_stats(nsq_topic, "etl") or {}).get("depth") == 1)
     (again,) = read(nsqd, nsq_topic, "etl", count=1)
     assert (again.body, again.attempts) == (b"only-one", 2)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_http_api_falls_back_to_a_window(nsqd, monkeypatch, nsq_topic, capsys):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_NSQ_DEFAULT",
+        f"nsq://{nsqd.host}:{nsqd.tcp_port}?http_port={_closed_port()}&connect_timeout=2",
+    )
+    nsqd.http_publish(nsq_topic, b"m1")
+    sensor = _sensor(topic=nsq_topic)
+    try:
+        assert sensor.poke({}) is True
+        assert [m.body for m in sensor._batch] == [b"m1"]
+    finally:
+        sensor.hook.close()
+    logged = capsys.readouterr().out  # Airflow's task logging writes through structlog
+    assert "HTTP API could not be read" in logged
+    assert "Connection refused" in logged
 
 
 def test_rejected_messages_requeued_with_delay_and_accepted_ones_finished_after_push(
@@ -194,25 +300,39 @@ def test_poke_mode_hands_accepted_messages_downstream(airflow_db, nsqd, nsq_defa
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "sensor"))
 
 
-@pytest.mark.slow
-def test_deferrable_mode_waits_in_the_trigger(airflow_db, nsqd, nsq_default, nsq_topic):
+def _publish_once_the_first_check_is_done(nsqd, topic: str, bodies: list[bytes]):
+    """A thread that publishes ``bodies`` once the sensor's first check came back short
+    (its channel exists and no window is open), so the wait happens in the trigger."""
     errors: list[BaseException] = []
 
-    def publish_once_the_trigger_waits() -> None:
-        # The trigger subscribes with RDY 1; the poke windows use RDY max_messages (2).
-        def trigger_subscribed() -> bool:
-            stats = nsqd.channel_stats(nsq_topic, "sensor") or {}
-            return any(c.get("ready_count") == 1 for c in stats.get("clients", []))
+    def run() -> None:
+        def checked_and_idle() -> bool:
+            stats = nsqd.channel_stats(topic, "sensor")
+            return stats is not None and stats["client_count"] == 0
 
         try:
-            nsqd.wait_for(trigger_subscribed, timeout=60)
+            nsqd.wait_for(checked_and_idle, timeout=60)
             with NSQConnection(client_config(nsqd)) as conn:
-                conn.multi_publish(nsq_topic, [b"d1", b"\xff\xfe"])
+                conn.multi_publish(topic, bodies)
         except BaseException as exc:
             errors.append(exc)
 
-    publisher = threading.Thread(target=publish_once_the_trigger_waits, daemon=True)
-    publisher.start()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("connection", "attempts"),
+    [("nsq_default", [1, 1]), ("nsq_default_tcp_only", [2, 2])],
+    ids=["http-check", "tcp-peek"],
+)
+def test_deferrable_mode_waits_in_the_trigger(
+    airflow_db, nsqd, nsq_topic, request, connection, attempts
+):
+    request.getfixturevalue(connection)
+    publisher, errors = _publish_once_the_first_check_is_done(nsqd, nsq_topic, [b"d1", b"\xff\xfe"])
     result = run_dag(load_dag(DAGS, "nsq_sensor_deferrable"), topic=nsq_topic, channel="sensor")
     publisher.join(timeout=5)
 
@@ -220,9 +340,44 @@ def test_deferrable_mode_waits_in_the_trigger(airflow_db, nsqd, nsq_default, nsq
     assert result.state == "success", result
     received = result.xcom["received"]
     assert sorted(decode_record_body(r) for r in received) == [b"d1", b"\xff\xfe"]
-    # The trigger peeked at one message and put it back (REQ): attempts 2 for that one.
-    assert sorted(r["attempts"] for r in received) == [1, 2]
+    # The HTTP check takes nothing; a TCP peek hands what it held back once (REQ).
+    assert sorted(r["attempts"] for r in received) == attempts
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "sensor"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_id", ["nsq_sensor_wait_deferrable", "nsq_sensor_wait_poke"])
+@pytest.mark.parametrize(
+    ("connection", "most_attempts"),
+    [("nsq_default", 1), ("nsq_default_tcp_only", 3)],
+    ids=["http-check", "tcp-peek"],
+)
+def test_too_few_messages_fail_by_timeout_and_stay_on_the_channel(
+    airflow_db, nsqd, nsq_topic, request, dag_id, connection, most_attempts
+):
+    """min_messages=3 on a channel that holds one: the run fails by the sensor's timeout
+    (not later, however the wait is split), and the message waits on the channel with at
+    most two redeliveries (none with the HTTP check)."""
+    request.getfixturevalue(connection)
+    nsqd.create_channel(nsq_topic, "sensor")
+    nsqd.http_publish(nsq_topic, b"lonely")
+
+    started = time.monotonic()
+    result = run_dag(load_dag(DAGS, dag_id), topic=nsq_topic, channel="sensor")
+    elapsed = time.monotonic() - started
+
+    assert result.task_states["wait_for_messages"] == "failed", result
+    # dag.test() itself takes a few seconds to start and record the run.
+    assert WAIT_TIMEOUT_S <= elapsed < WAIT_TIMEOUT_S + WAIT_WINDOW_S + 15, elapsed
+
+    def back_on_the_channel() -> bool:
+        stats = nsqd.channel_stats(nsq_topic, "sensor")
+        return (stats["depth"], stats["in_flight_count"]) == (1, 0)
+
+    nsqd.wait_for(back_on_the_channel)
+    (message,) = read(nsqd, nsq_topic, "sensor", count=1)
+    assert message.body == b"lonely"
+    assert message.attempts <= most_attempts + 1  # +1: this read's own delivery
 
 
 @pytest.mark.slow

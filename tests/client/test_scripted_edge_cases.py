@@ -91,7 +91,9 @@ def test_close_before_ok_is_never_reported_as_success(kind) -> None:
     with (
         ScriptedNSQD(script) as server,
         make_driver(kind, config(server)) as conn,
-        pytest.raises(NSQConnectionClosedError),
+        pytest.raises(
+            NSQConnectionClosedError, match="before answering PUB: the outcome is unknown"
+        ),
     ):
         conn.publish("t", b"x")
 

@@ -54,3 +54,43 @@ poke_dag = _sensor_dag("nsq_sensor_poke", deferrable=False, min_messages=2, max_
 deferrable_dag = _sensor_dag(
     "nsq_sensor_deferrable", deferrable=True, min_messages=2, max_messages=2
 )
+
+
+#: The issue-9 scenario: three messages wanted, one on the channel, a short timeout.
+WAIT_TIMEOUT_S = 8
+WAIT_WINDOW_S = 2
+
+
+def _waiting_dag(dag_id: str, *, deferrable: bool):
+    @dag(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=datetime.datetime(2024, 1, 1),
+        catchup=False,
+        params={"topic": "nsq_sensor_test", "channel": "sensor"},
+        default_args={"retries": 0},
+    )
+    def waiting_dag():
+        messages = NSQSensor(
+            task_id="wait_for_messages",
+            topic="{{ params.topic }}",
+            channel="{{ params.channel }}",
+            min_messages=3,
+            max_messages=10,
+            window=datetime.timedelta(seconds=WAIT_WINDOW_S),
+            poke_interval=1,
+            timeout=WAIT_TIMEOUT_S,
+            deferrable=deferrable,
+        )
+
+        @task
+        def received(records: list[dict]) -> list[dict]:
+            return records
+
+        received(messages.output)
+
+    return waiting_dag()
+
+
+wait_poke_dag = _waiting_dag("nsq_sensor_wait_poke", deferrable=False)
+wait_deferrable_dag = _waiting_dag("nsq_sensor_wait_deferrable", deferrable=True)

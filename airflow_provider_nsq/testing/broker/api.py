@@ -10,7 +10,7 @@ against a real nsqd.
 
 from __future__ import annotations
 
-import json
+import functools
 import struct
 import time
 from collections.abc import Callable
@@ -18,71 +18,53 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_nsq.protocol.names import is_valid_name
 
+from ..http_api import (
+    JSON_CONTENT_TYPE,
+    NSQ_CONTENT_TYPE,
+    APIError,
+    nsq_router,
+    plain_text,
+    respond_v1,
+    v1,
+)
+from ..http_server import Handler, Request, Response
 from .channel import QueueFull
-from .http import Request, Response
 
 if TYPE_CHECKING:
     from .server import Broker
 
-_JSON = {"Content-Type": "application/json; charset=utf-8"}
-_TEXT = {"Content-Type": "text/plain; charset=utf-8"}
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def _json(status: int, data: Any) -> Response:
-    return Response(status, json.dumps(data, separators=(",", ":")).encode(), dict(_JSON))
-
-
-def _ok(data: Any = None) -> Response:
-    if data is None:
-        return Response(200, b"")
-    if isinstance(data, str):
-        return Response(200, data.encode())
-    return _json(200, data)
-
-
-def _arg(request: Request, name: str) -> str | None:
-    values = request.query.get(name)
-    return values[0] if values else None
-
 
 def _topic_arg(broker: Broker, request: Request) -> str:
-    name = _arg(request, "topic")
+    name = request.arg("topic")
     if name is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
+        raise APIError(400, "MISSING_ARG_TOPIC")
     if not is_valid_name(name):
-        raise HTTPError(400, "INVALID_TOPIC")
+        raise APIError(400, "INVALID_TOPIC")
     return name
 
 
 def _topic_channel_args(broker: Broker, request: Request) -> tuple[str, str]:
-    topic = _arg(request, "topic")
+    topic = request.arg("topic")
     if topic is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
+        raise APIError(400, "MISSING_ARG_TOPIC")
     if not is_valid_name(topic):
-        raise HTTPError(400, "INVALID_ARG_TOPIC")
-    channel = _arg(request, "channel")
+        raise APIError(400, "INVALID_ARG_TOPIC")
+    channel = request.arg("channel")
     if channel is None:
-        raise HTTPError(400, "MISSING_ARG_CHANNEL")
+        raise APIError(400, "MISSING_ARG_CHANNEL")
     if not is_valid_name(channel):
-        raise HTTPError(400, "INVALID_ARG_CHANNEL")
+        raise APIError(400, "INVALID_ARG_CHANNEL")
     if topic not in broker.topics:
-        raise HTTPError(404, "TOPIC_NOT_FOUND")
+        raise APIError(404, "TOPIC_NOT_FOUND")
     return topic, channel
 
 
 def _existing_topic(broker: Broker, request: Request) -> str:
-    name = _arg(request, "topic")
+    name = request.arg("topic")
     if name is None:
-        raise HTTPError(400, "MISSING_ARG_TOPIC")
+        raise APIError(400, "MISSING_ARG_TOPIC")
     if name not in broker.topics:
-        raise HTTPError(404, "TOPIC_NOT_FOUND")
+        raise APIError(404, "TOPIC_NOT_FOUND")
     return name
 
 
@@ -91,50 +73,48 @@ def _publish(broker: Broker, topic: str, bodies: list[bytes], defer_ms: int = 0)
         broker.get_topic(topic).publish(bodies, defer_ms)
     except QueueFull as exc:
         # nsqd answers 503 EXITING when the topic refuses a message; say why.
-        raise HTTPError(503, f"EXITING ({exc})") from None
+        raise APIError(503, f"EXITING ({exc})") from None
 
 
-def ping(broker: Broker, request: Request) -> Response:
-    return Response(200, b"OK", dict(_TEXT))
+def ping(broker: Broker, request: Request) -> str:
+    return "OK"
 
 
-def info(broker: Broker, request: Request) -> Response:
-    return _ok(
-        {
-            "version": broker.version,
-            "broadcast_address": broker.options.broadcast_address,
-            "hostname": broker.options.broadcast_address,
-            "http_port": broker.http_port,
-            "tcp_port": broker.tcp_port,
-            "start_time": broker.start_time,
-        }
-    )
+def info(broker: Broker, request: Request) -> dict[str, Any]:
+    return {
+        "version": broker.version,
+        "broadcast_address": broker.options.broadcast_address,
+        "hostname": broker.options.broadcast_address,
+        "http_port": broker.http_port,
+        "tcp_port": broker.tcp_port,
+        "start_time": broker.start_time,
+    }
 
 
-def pub(broker: Broker, request: Request) -> Response:
+def pub(broker: Broker, request: Request) -> str:
     opts = broker.options
     if (request.content_length or 0) > opts.max_msg_size or len(request.body) > opts.max_msg_size:
-        raise HTTPError(413, "MSG_TOO_BIG")
+        raise APIError(413, "MSG_TOO_BIG")
     if not request.body:
-        raise HTTPError(400, "MSG_EMPTY")
+        raise APIError(400, "MSG_EMPTY")
     topic = _topic_arg(broker, request)
     defer_ms = 0
-    defer = _arg(request, "defer")
+    defer = request.arg("defer")
     if defer is not None:
         try:
             defer_ms = int(defer)
         except ValueError:
-            raise HTTPError(400, "INVALID_DEFER") from None
+            raise APIError(400, "INVALID_DEFER") from None
         if not 0 <= defer_ms <= opts.max_req_timeout:
-            raise HTTPError(400, "INVALID_DEFER")
+            raise APIError(400, "INVALID_DEFER")
     _publish(broker, topic, [request.body], defer_ms)
-    return _ok("OK")
+    return "OK"
 
 
-def mpub(broker: Broker, request: Request) -> Response:
+def mpub(broker: Broker, request: Request) -> str:
     opts = broker.options
     if (request.content_length or 0) > opts.max_body_size:
-        raise HTTPError(413, "BODY_TOO_BIG")
+        raise APIError(413, "BODY_TOO_BIG")
     topic = _topic_arg(broker, request)
     body = request.body
     bodies: list[bytes] = []
@@ -142,51 +122,51 @@ def mpub(broker: Broker, request: Request) -> Response:
         bodies = _binary_mpub(body, opts.max_msg_size, opts.max_body_size)
     else:
         if len(body) > opts.max_body_size:
-            raise HTTPError(413, "BODY_TOO_BIG")
+            raise APIError(413, "BODY_TOO_BIG")
         for line in body.split(b"\n"):
             if not line:
                 continue  # nsqd silently skips empty lines
             if len(line) > opts.max_msg_size:
-                raise HTTPError(413, "MSG_TOO_BIG")
+                raise APIError(413, "MSG_TOO_BIG")
             bodies.append(line)
     if bodies:
         _publish(broker, topic, bodies)
-    return _ok("OK")
+    return "OK"
 
 
 def _binary_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     # nsqd reuses readMPUB and answers 413 with the TCP error code minus "E_".
     if len(body) < 4:
-        raise HTTPError(413, "BAD_BODY")
+        raise APIError(413, "BAD_BODY")
     (count,) = struct.unpack_from(">i", body, 0)
     if count <= 0 or count > (max_body_size - 4) // 5:
-        raise HTTPError(413, "BAD_BODY")
+        raise APIError(413, "BAD_BODY")
     pos = 4
     out = []
     for _ in range(count):
         if len(body) - pos < 4:
-            raise HTTPError(413, "BAD_MESSAGE")
+            raise APIError(413, "BAD_MESSAGE")
         (size,) = struct.unpack_from(">i", body, pos)
         if size <= 0 or size > max_msg_size:
-            raise HTTPError(413, "BAD_MESSAGE")
+            raise APIError(413, "BAD_MESSAGE")
         pos += 4
         if len(body) - pos < size:
-            raise HTTPError(413, "BAD_MESSAGE")
+            raise APIError(413, "BAD_MESSAGE")
         out.append(body[pos : pos + size])
         pos += size
     return out
 
 
-def stats(broker: Broker, request: Request) -> Response:
-    include_clients = _arg(request, "include_clients") not in ("false", "0")
+def stats(broker: Broker, request: Request) -> dict[str, Any] | str:
+    include_clients = request.arg("include_clients") not in ("false", "0")
     data = broker.stats(
-        topic=_arg(request, "topic") or None,
-        channel=_arg(request, "channel") or None,
+        topic=request.arg("topic") or None,
+        channel=request.arg("channel") or None,
         include_clients=include_clients,
     )
-    if _arg(request, "format") == "json":
-        return _ok(data)
-    return Response(200, _stats_text(data, broker.start_time).encode(), dict(_TEXT))
+    if request.arg("format") == "json":
+        return data
+    return _stats_text(data, broker.start_time)
 
 
 def _stats_text(data: dict[str, Any], start_time: int) -> str:
@@ -214,7 +194,7 @@ def _stats_text(data: dict[str, Any], start_time: int) -> str:
                     f"re-q: {c['requeue_count']:<5} timeout: {c['timeout_count']:<5} "
                     f"msgs: {c['message_count']:<8}"
                 )
-                for client in c["clients"]:
+                for client in c["clients"] or ():
                     lines.append(
                         f"        [V2 {client['client_id']:<21}] state: {client['state']} "
                         f"inflt: {client['in_flight_count']:<4} rdy: {client['ready_count']:<4} "
@@ -224,72 +204,59 @@ def _stats_text(data: dict[str, Any], start_time: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def topic_create(broker: Broker, request: Request) -> Response:
+def topic_create(broker: Broker, request: Request) -> None:
     broker.get_topic(_topic_arg(broker, request))
-    return _ok()
 
 
-def topic_delete(broker: Broker, request: Request) -> Response:
+def topic_delete(broker: Broker, request: Request) -> None:
     broker.delete_topic(_existing_topic(broker, request))
-    return _ok()
 
 
-def topic_empty(broker: Broker, request: Request) -> Response:
+def topic_empty(broker: Broker, request: Request) -> None:
     broker.topics[_existing_topic(broker, request)].empty()
-    return _ok()
 
 
-def topic_pause(broker: Broker, request: Request) -> Response:
+def topic_pause(broker: Broker, request: Request) -> None:
     broker.topics[_existing_topic(broker, request)].set_paused(True)
-    return _ok()
 
 
-def topic_unpause(broker: Broker, request: Request) -> Response:
+def topic_unpause(broker: Broker, request: Request) -> None:
     broker.topics[_existing_topic(broker, request)].set_paused(False)
-    return _ok()
 
 
-def channel_create(broker: Broker, request: Request) -> Response:
+def channel_create(broker: Broker, request: Request) -> None:
     topic, channel = _topic_channel_args(broker, request)
     broker.topics[topic].get_channel(channel)
-    return _ok()
 
 
 def _existing_channel(broker: Broker, request: Request) -> tuple[str, str]:
     topic, channel = _topic_channel_args(broker, request)
     if channel not in broker.topics[topic].channels:
-        raise HTTPError(404, "CHANNEL_NOT_FOUND")
+        raise APIError(404, "CHANNEL_NOT_FOUND")
     return topic, channel
 
 
-def channel_delete(broker: Broker, request: Request) -> Response:
+def channel_delete(broker: Broker, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].delete_channel(channel)
-    return _ok()
 
 
-def channel_empty(broker: Broker, request: Request) -> Response:
+def channel_empty(broker: Broker, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].channels[channel].empty()
-    return _ok()
 
 
-def channel_pause(broker: Broker, request: Request) -> Response:
+def channel_pause(broker: Broker, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].channels[channel].set_paused(True)
-    return _ok()
 
 
-def channel_unpause(broker: Broker, request: Request) -> Response:
+def channel_unpause(broker: Broker, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].channels[channel].set_paused(False)
-    return _ok()
 
 
-Handler = Callable[["Broker", Request], Response]
-
-ROUTES: dict[str, tuple[str, Handler]] = {
-    "/ping": ("GET", ping),
+_ROUTES: dict[str, tuple[str, Callable[..., Any]]] = {
     "/info": ("GET", info),
     "/pub": ("POST", pub),
     "/mpub": ("POST", mpub),
@@ -307,18 +274,24 @@ ROUTES: dict[str, tuple[str, Handler]] = {
 }
 
 
-def handle(broker: Broker, request: Request) -> Response:
-    """Route one request, with nsqd's TLS-required, 404 and 405 answers."""
-    if broker.options.http_tls_required and not request.secure:
-        body = f'{{"message": "TLS_REQUIRED", "https_port": {broker.https_port or 0}}}'
-        return Response(403, body.encode(), dict(_TEXT))
-    route = ROUTES.get(request.path)
-    if route is None:
-        return _json(404, {"message": "NOT_FOUND"})
-    method, handler = route
-    if request.method != method and not (method == "GET" and request.method == "HEAD"):
-        return _json(405, {"message": "METHOD_NOT_ALLOWED"})
-    try:
-        return handler(broker, request)
-    except HTTPError as exc:
-        return _json(exc.status, {"message": exc.message})
+def build_app(broker: Broker) -> Handler:
+    """The broker's HTTP API: nsqd's routes, with its TLS-required answer in front."""
+    routes: dict[str, dict[str, Handler]] = {
+        "/ping": {"GET": plain_text(functools.partial(ping, broker))}
+    }
+    for path, (method, handler) in _ROUTES.items():
+        routes[path] = {method: v1(functools.partial(handler, broker))}
+    router = nsq_router(routes)
+
+    def app(request: Request) -> Response:
+        if broker.options.http_tls_required and not request.secure:
+            body = f'{{"message": "TLS_REQUIRED", "https_port": {broker.https_port or 0}}}'
+            return Response(403, body.encode(), {**NSQ_CONTENT_TYPE, **JSON_CONTENT_TYPE})
+        return router(request)
+
+    return app
+
+
+def body_too_large(request: Request) -> Response:
+    """Over ``max_body_size + max_msg_size``: refused before the body is read."""
+    return respond_v1(413, "BODY_TOO_BIG")

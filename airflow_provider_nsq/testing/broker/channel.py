@@ -287,7 +287,7 @@ class Channel:
             "requeue_count": self.requeue_count,
             "timeout_count": self.timeout_count,
             "client_count": len(self.clients),
-            "clients": [c.stats() for c in self.clients] if include_clients else [],
+            "clients": [c.stats() for c in self.clients] if include_clients else None,
             "paused": self.paused,
             "e2e_processing_latency": {"count": 0, "percentiles": None},
         }

@@ -9,9 +9,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..http_server import start_http_server
 from . import api
 from .client import ClientConnection
-from .http import HTTPConnection
 from .message import IdGenerator
 from .options import NSQD_VERSION, BrokerOptions
 from .topic import Topic
@@ -69,21 +69,24 @@ class Broker:
         )
         self._servers.append(tcp)
         self.tcp_port = tcp.sockets[0].getsockname()[1]
-        http = await self._loop.create_server(
-            lambda: HTTPConnection(self, secure=False, handler=api.handle),
-            opts.host,
-            opts.http_port,
-        )
+        app = api.build_app(self)
+        http_options: dict[str, Any] = {
+            # Refuse what no route would accept before reading it.
+            "max_body_size": opts.max_body_size + opts.max_msg_size,
+            "body_too_large": api.body_too_large,
+        }
+        http = await start_http_server(app, opts.host, opts.http_port, **http_options)
         self._servers.append(http)
         self.http_port = http.sockets[0].getsockname()[1]
         if self.ssl_context is not None:
-            https = await self._loop.create_server(
-                lambda: HTTPConnection(self, secure=True, handler=api.handle),
+            https = await start_http_server(
+                app,
                 opts.host,
                 opts.https_port or 0,
                 # nsqd asks HTTPS clients for certificates too; here HTTPS does not, so
                 # the test helpers can read /stats of a require-verify broker.
-                ssl=self.options.server_ssl_context(client_auth=False),
+                ssl_context=self.options.server_ssl_context(client_auth=False),
+                **http_options,
             )
             self._servers.append(https)
             self.https_port = https.sockets[0].getsockname()[1]
@@ -135,14 +138,19 @@ class Broker:
         self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
     ) -> dict[str, Any]:
         """``/stats?format=json`` as nsqd 1.3 shapes it (no ``data`` wrapper)."""
-        topics = []
+        # Go's nil slices: "topics" is null when the asked topic does not exist, and
+        # "producers" is null when there are none or clients were not asked for.
+        if topic and topic not in self.topics:
+            topics: list[dict[str, Any]] | None = None
+        else:
+            topics = []
         for name in sorted(self.topics):
             if topic and name != topic:
                 continue
             t = self.topics[name]
             if channel and channel not in t.channels:
                 continue  # nsqd leaves the topic out when the channel is missing
-            topics.append(t.stats(channel or None, include_clients))
+            topics.append(t.stats(channel or None, include_clients))  # type: ignore[union-attr]
         producers = [c.stats() for c in self.clients if c.pub_counts] if include_clients else []
         return {
             "version": self.version,
@@ -150,7 +158,7 @@ class Broker:
             "start_time": self.start_time,
             "topics": topics,
             "memory": _memory_stats(),
-            "producers": producers,
+            "producers": producers or None,
         }
 
 
