@@ -370,6 +370,31 @@ def test_a_restarted_triggerer_gets_every_unfinished_message(nsqd, nsq_default, 
     assert asyncio.run(second_run()) == [f"m{n}" for n in range(5)]
 
 
+def test_a_restarted_nsqd_is_reconnected_and_the_stream_goes_on(nsqd_factory, monkeypatch):
+    first = nsqd_factory()
+    port, http_port = first.tcp_port, first.http_port
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{first.tcp_address}")
+    first.http_publish("orders", b"before the restart")
+
+    async def scenario() -> list[str]:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger("orders"))
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        # nsqd goes away with the message in flight (an in-memory broker forgets it).
+        await asyncio.to_thread(first.broker.stop)
+        second = await asyncio.to_thread(nsqd_factory, tcp_port=port, http_port=http_port)
+        await asyncio.to_thread(second.create_channel, "orders", CHANNEL)
+        await asyncio.to_thread(second.http_publish, "orders", b"after the restart")
+        await triggerer.until(lambda: len(triggerer.events) == 2)
+        triggerer.persist()  # the first FIN has no connection left: logged, not raised
+        await _until(second, lambda: _drained(second, "orders") and _finished(second, "orders"))
+        await triggerer.stop_all()
+        assert not triggerer.failures
+        return [p["body"] for p in triggerer.payloads()]
+
+    assert asyncio.run(scenario()) == ["before the restart", "after the restart"]
+
+
 # -- the pre-3.3 run() path --------------------------------------------------------------------
 
 
