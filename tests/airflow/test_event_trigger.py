@@ -395,6 +395,22 @@ def test_a_restarted_nsqd_is_reconnected_and_the_stream_goes_on(nsqd_factory, mo
     assert asyncio.run(scenario()) == ["before the restart", "after the restart"]
 
 
+def test_max_in_flight_above_nsqds_max_rdy_count_fails_with_its_name(nsqd_factory, monkeypatch):
+    small = nsqd_factory(max_rdy_count=10)
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{small.tcp_address}")
+
+    async def scenario() -> BaseException:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger("orders", max_in_flight=20))
+        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.stop_all()
+        return triggerer.failures[1]
+
+    failure = asyncio.run(scenario())
+    assert "max_in_flight=20" in str(failure)
+    assert "--max-rdy-count" in str(failure)
+
+
 # -- the pre-3.3 run() path --------------------------------------------------------------------
 
 
