@@ -323,7 +323,9 @@ class NSQEventStreamProducer(SharedStreamProducer):
         for item in batch:
             delivery: _Delivery = item.broker_payload
             outcome = item.outcome
-            self._outstanding.pop((delivery.nsqd, delivery.message.id), None)
+            key = (delivery.nsqd, delivery.message.id)
+            if self._outstanding.get(key) is delivery.message:  # not a later redelivery
+                del self._outstanding[key]
             # Done with it: nobody failed, and somebody stored or rejected it.
             done = not outcome.failed and (outcome.acked > 0 or outcome.rejected > 0)
             if done and not outcome.acked and self._dead_letters is not None:
