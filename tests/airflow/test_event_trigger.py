@@ -210,16 +210,16 @@ def test_an_event_never_stored_is_requeued_and_delivered_again(nsqd, nsq_default
 
 
 def test_messages_waiting_to_be_stored_are_touched_not_redelivered(nsqd, monkeypatch, nsq_topic):
-    # nsqd's shortest msg_timeout (1 s): the store takes longer than that here.
-    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?msg_timeout_ms=1000")
+    # A 2 s msg_timeout: the store below takes longer than that.
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?msg_timeout_ms=2000")
     nsqd.http_publish(nsq_topic, b"slow store")
 
     async def scenario() -> None:
         triggerer = Triggerer()
         triggerer.start(1, _trigger(nsq_topic))
         await triggerer.until(lambda: len(triggerer.events) == 1)
-        # Three msg_timeouts with no answer but TOUCH: nsqd must not have timed it out.
-        await asyncio.sleep(3.0)
+        # 2.5 msg_timeouts with no answer but TOUCH: nsqd must not have timed it out.
+        await asyncio.sleep(5.0)
         c = await asyncio.to_thread(_channel, nsqd, nsq_topic)
         assert (c["timeout_count"], c["in_flight_count"]) == (0, 1)
         assert len(triggerer.events) == 1
