@@ -15,7 +15,6 @@ PACKAGE_NAME = "airflow-provider-nsq"
 INTEGRATION = "NSQ"
 CONN_TYPE = "nsq"
 HOOK_CLASS_NAME = "airflow_provider_nsq.hooks.nsq.NSQHook"
-DEFAULT_PORT = 4150
 
 
 def _field(label: str, json_type: str, description: str, **schema: Any) -> dict[str, Any]:
@@ -142,7 +141,7 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "relabeling": {"host": "nsqd host", "port": "nsqd TCP port", "password": "AUTH secret"},
     "placeholders": {
         "host": "nsqd.example.com",
-        "port": str(DEFAULT_PORT),
+        "port": "4150",  # shown only; the default is client.address.DEFAULT_NSQD_TCP_PORT
         "password": "secret for nsqd --auth-http-address (leave empty without AUTH)",
         "tls_ca_file": "/etc/ssl/nsq/ca.pem",
         "compression": "none",

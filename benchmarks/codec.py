@@ -13,7 +13,7 @@ import os
 import time
 
 from airflow_provider_nsq.client.message import NSQMessage
-from airflow_provider_nsq.protocol import FrameDecoder, encode_message, encode_mpub
+from airflow_provider_nsq.protocol import FrameDecoder, encode_message, encode_mpub, encode_response
 from airflow_provider_nsq.protocol.connection import ClientConnection
 
 
@@ -56,7 +56,7 @@ def main() -> None:
         core.initiate()
         core.sub("bench", "c")
         core.rdy(2500)
-        core.receive_data(b"\x00\x00\x00\x06\x00\x00\x00\x00OK")
+        core.receive_data(encode_response(b"OK"))
         core.events()
         core.data_to_send()
         n = 0

@@ -49,6 +49,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag, get_current_context, task
 
+from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.operators.nsq import NSQMultiPublishOperator, NSQPublishOperator
 from airflow_provider_nsq.sensors.nsq import NSQSensor, decode_record_body
 
@@ -137,7 +138,7 @@ def nsq_gate_spark_job():
     @task
     def stage_events(records: list[dict[str, Any]]) -> dict[str, Any]:
         """Write the gate's messages as JSON Lines for the job; skip non-JSON bodies."""
-        from airflow_provider_nsq.spark import nsq_options_from_connection
+        from airflow_provider_nsq.spark import options_from_client_config
 
         context = get_current_context()
         params = context["params"]
@@ -160,7 +161,7 @@ def nsq_gate_spark_job():
         options_path = run_dir / "nsq-options.json"
         fd = os.open(options_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(nsq_options_from_connection("nsq_default"), out)
+            json.dump(options_from_client_config(NSQHook("nsq_default").get_client_config()), out)
         log.info(
             "staged %s events in %s (%s non-JSON bodies skipped)", staged, events_path, skipped
         )

@@ -13,6 +13,8 @@ from ..protocol.errors import NSQValueError
 DEFAULT_NSQD_TCP_PORT = 4150
 #: nsqd's default HTTP port (--http-address 0.0.0.0:4151).
 DEFAULT_NSQD_HTTP_PORT = 4151
+#: nsqlookupd's default TCP port (--tcp-address 0.0.0.0:4160), where nsqds register.
+DEFAULT_LOOKUPD_TCP_PORT = 4160
 #: nsqlookupd's default HTTP port (--http-address 0.0.0.0:4161).
 DEFAULT_LOOKUPD_HTTP_PORT = 4161
 

@@ -25,7 +25,7 @@ from ..protocol.constants import (
     MIN_OUTPUT_BUFFER_TIMEOUT_MS,
 )
 from ..protocol.errors import NSQValueError
-from .address import format_address
+from .address import DEFAULT_NSQD_TCP_PORT, format_address
 
 Compression = Literal["none", "snappy", "deflate"]
 COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "deflate")
@@ -54,7 +54,7 @@ class ClientConfig:
     """
 
     host: str = "127.0.0.1"
-    port: int = 4150
+    port: int = DEFAULT_NSQD_TCP_PORT
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     client_id: str = field(default_factory=_default_client_id)

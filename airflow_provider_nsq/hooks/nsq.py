@@ -9,7 +9,6 @@ sensors make: publish, deferred publish, batch publish and one consume window.
 from __future__ import annotations
 
 import datetime
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,11 +16,12 @@ from airflow.sdk import BaseHook
 
 from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
 from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
+from ..client.setting_values import parse_bool, parse_int, parse_seconds
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
 from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
-from ..provider_info import CONN_FIELDS, CONN_TYPE, DEFAULT_PORT, UI_FIELD_BEHAVIOUR
+from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -45,41 +45,21 @@ def _bad(conn_id: str, key: str, why: str) -> NSQConnectionConfigError:
     return NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra {key!r} {why}")
 
 
+_PARSERS = {"boolean": parse_bool, "integer": parse_int, "number": parse_seconds}
+
+
 def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
     """One extra's value, converted to the type its conn-field declares.
 
     Strings are accepted for every type, because the URI form only has strings:
     ``tls=true``, ``deflate_level=6``.
     """
-    kind = CONN_FIELDS[key]["schema"]["type"][0]
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise _bad(conn_id, key, f"must be true or false, got {value!r}")
-    if kind == "integer":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip(), 10)
-            except ValueError:
-                pass
-        raise _bad(conn_id, key, f"must be a whole number, got {value!r}")
-    if kind == "number":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            result = float(value)
-        elif isinstance(value, str):
-            try:
-                result = float(value.strip())
-            except ValueError:
-                raise _bad(conn_id, key, f"must be a number, got {value!r}") from None
-        else:
-            raise _bad(conn_id, key, f"must be a number, got {value!r}")
-        if not math.isfinite(result) or result <= 0:
-            raise _bad(conn_id, key, f"must be a number of seconds > 0, got {value!r}")
-        return result
+    parse = _PARSERS.get(CONN_FIELDS[key]["schema"]["type"][0])
+    if parse is not None:
+        try:
+            return parse(value)
+        except NSQValueError as exc:
+            raise _bad(conn_id, key, str(exc)) from None
     if key == "lookupd_http_addresses":
         if isinstance(value, str):
             return [a.strip() for a in value.split(",") if a.strip()]
@@ -130,12 +110,11 @@ def client_config_from_connection(conn: Connection, extras: Mapping[str, Any]) -
     conn_id = conn.conn_id or "<unnamed>"
     parsed = parse_extras(conn_id, extras)
     settings = {k: v for k, v in parsed.items() if k not in _HOOK_ONLY_EXTRAS}
-    host = (conn.host or "").strip() or "127.0.0.1"
-    port = conn.port if conn.port is not None else DEFAULT_PORT
+    if conn.port is not None:
+        settings["port"] = conn.port  # else the client's default, nsqd's 4150
     try:
         return ClientConfig(
-            host=host,
-            port=port,
+            host=(conn.host or "").strip() or "127.0.0.1",
             auth_secret=conn.password or None,
             **settings,
         )
@@ -170,15 +149,15 @@ def delay_to_ms(delay: object, what: str = "delay") -> int:
 
 def duration_to_seconds(value: object, what: str) -> float:
     """A wait as float seconds: a number of seconds or a ``timedelta``; must be > 0."""
-    if isinstance(value, datetime.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise NSQValueError(f"{what} must be a timedelta or seconds (float), got {value!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise NSQValueError(f"{what} must be > 0 seconds, got {value!r}")
-    return seconds
+    try:
+        return parse_seconds(value)
+    except NSQValueError as exc:
+        raise NSQValueError(f"{what} {exc}") from None
+
+
+def is_templated(value: object) -> bool:
+    """True for a string Airflow will render (``{{ ... }}``): validate it after rendering."""
+    return isinstance(value, str) and "{{" in value
 
 
 class NSQHook(BaseHook):

@@ -14,17 +14,12 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from ..client import encode_body
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms
+from ..hooks.nsq import Delay, NSQHook, delay_to_ms, is_templated
 from ..protocol.errors import NSQValueError
 from ..protocol.names import validate_topic_name
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-
-def is_templated(value: object) -> bool:
-    """True for a string Airflow will render (``{{ ... }}``): validate it at execute."""
-    return isinstance(value, str) and "{{" in value
 
 
 def check_topic(topic: object) -> None:

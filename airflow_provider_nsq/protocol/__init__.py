@@ -1,6 +1,9 @@
-"""The NSQ TCP protocol without I/O: names, commands, frames, compression, errors, and
-the per-connection state machine the drivers pump. No sockets, no threads, no Airflow."""
+"""The NSQ TCP protocol without I/O, for both roles: names, errors, compression; for a
+client, command encoders, the frame decoder and the per-connection state machine the
+drivers pump; for a server, the command reader and the frame encoders. No sockets, no
+threads, no Airflow."""
 
+from .command_reader import COMMANDS_WITH_BODY, BadMessageSize, CommandReader
 from .commands import (
     CLS,
     NOP,
@@ -65,9 +68,12 @@ from .names import (
 
 __all__ = [
     "CLS",
+    "COMMANDS_WITH_BODY",
     "NOP",
+    "BadMessageSize",
     "ClientConnection",
     "CommandFailed",
+    "CommandReader",
     "ConnectionClosed",
     "ConnectionState",
     "ErrorFrame",

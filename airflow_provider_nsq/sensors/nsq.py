@@ -22,8 +22,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from ..client import NSQMessage
 from ..client.nsqd_http import ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
-from ..operators.nsq import is_templated
+from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds, is_templated
 from ..protocol.errors import (
     NSQConnectionError,
     NSQHTTPError,

@@ -5,11 +5,11 @@
     df.write.format("nsq").mode("append") \\
         .option("nsqd", "127.0.0.1:4150").option("topic", "results").save()
 
-Importing this package never imports Airflow (executors have only the client);
-:func:`nsq_options_from_connection` imports it lazily, on the driver/DAG side.
+Importing this package never imports Airflow (executors have only the client). On the
+DAG side, options come from an Airflow connection as
+``options_from_client_config(NSQHook(conn_id).get_client_config())``.
 """
 
-from .connection import nsq_options_from_connection
 from .datasource import (
     NSQDataSource,
     NSQPartitionSummary,
@@ -27,7 +27,6 @@ __all__ = [
     "NSQWriteError",
     "NSQWriteOptions",
     "NSQWriter",
-    "nsq_options_from_connection",
     "options_from_client_config",
     "register",
 ]

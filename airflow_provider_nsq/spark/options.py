@@ -7,13 +7,14 @@ naming it before a single row moves, and the parsed result is a small picklable 
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
+from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import COMPRESSIONS, ClientConfig
+from ..client.setting_values import parse_bool, parse_int, parse_seconds
 from ..protocol.errors import NSQError, NSQValueError
 from ..protocol.names import validate_topic_name
 
@@ -21,10 +22,8 @@ FORMATS: tuple[str, ...] = ("raw", "json")
 # Tried in order when ``body_column`` is not given (Kafka's sink calls it "value").
 DEFAULT_BODY_COLUMNS: tuple[str, ...] = ("value", "body")
 DEFAULT_BATCH_SIZE = 1000
-DEFAULT_NSQD_PORT = 4150
 
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_T = TypeVar("_T")
 
 
 class NSQOptionError(NSQValueError):
@@ -35,94 +34,53 @@ class NSQOptionError(NSQValueError):
         super().__init__(f"nsq data source option {option!r}: {message}")
 
 
-def _parse_bool(name: str, raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise NSQOptionError(name, f"expected true or false, got {raw!r}")
-
-
-def _parse_int(name: str, raw: str, minimum: int | None = None) -> int:
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise NSQOptionError(name, f"expected a whole number, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise NSQOptionError(name, f"expected a whole number >= {minimum}, got {raw!r}")
-    return value
-
-
-def _parse_seconds(name: str, raw: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise NSQOptionError(name, f"expected a number of seconds > 0, got {raw!r}")
-    return value
-
-
-def _parse_text(name: str, raw: str) -> str:
+def _text(raw: str) -> str:
     if not raw.strip():
-        raise NSQOptionError(name, "must not be empty")
+        raise NSQValueError("must not be empty")
     return raw
 
 
-def _parse_compression(name: str, raw: str) -> str:
+def _compression(raw: str) -> str:
     text = raw.strip().lower()
     if text not in COMPRESSIONS:
-        raise NSQOptionError(name, f"expected one of {', '.join(COMPRESSIONS)}, got {raw!r}")
+        raise NSQValueError(f"expected one of {', '.join(COMPRESSIONS)}, got {raw!r}")
     return text
+
+
+def _option(name: str, parse: Callable[[str], _T], raw: str) -> _T:
+    """``parse(raw)``, its error naming the option."""
+    try:
+        return parse(raw)
+    except NSQValueError as exc:
+        raise NSQOptionError(name, str(exc)) from None
 
 
 def parse_nsqd_address(raw: str, option: str = "nsqd") -> tuple[str, int]:
     """``host:port`` (``[::1]:4150`` for IPv6; a bare host means port 4150)."""
-    text = raw.strip()
-    if not text:
-        raise NSQOptionError(option, "expected host:port of nsqd's TCP port, e.g. 127.0.0.1:4150")
-    host, port_text = text, ""
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0 or (end + 1 < len(text) and text[end + 1] != ":"):
-            raise NSQOptionError(option, f"expected [ipv6]:port, got {raw!r}")
-        host, port_text = text[1:end], text[end + 2 :]
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    elif ":" in text:
-        raise NSQOptionError(option, f"write an IPv6 address in brackets, [::1]:4150; got {raw!r}")
-    if not host or "/" in host or " " in host:
-        raise NSQOptionError(option, f"expected host:port of nsqd's TCP port, got {raw!r}")
-    port = DEFAULT_NSQD_PORT
-    if port_text:
-        try:
-            port = int(port_text)
-        except ValueError:
-            raise NSQOptionError(option, f"port must be a number, got {raw!r}") from None
-    if not 0 < port < 65536:
-        raise NSQOptionError(option, f"port must be 1-65535, got {raw!r}")
-    return host, port
+    try:
+        return parse_address(raw, DEFAULT_NSQD_TCP_PORT, "nsqd's TCP address")
+    except NSQValueError as exc:
+        raise NSQOptionError(option, str(exc)) from None
 
 
 # Options that become ClientConfig fields: option name -> parser. The names are the
 # connection extras' names (DESIGN.md "Connection"), so a connection maps one to one.
-_CLIENT_OPTIONS = {
-    "tls": _parse_bool,
-    "tls_verify": _parse_bool,
-    "tls_ca_file": _parse_text,
-    "tls_cert_file": _parse_text,
-    "tls_key_file": _parse_text,
-    "tls_server_name": _parse_text,
-    "auth_secret": _parse_text,
-    "compression": _parse_compression,
-    "deflate_level": lambda n, r: _parse_int(n, r),
-    "connect_timeout": _parse_seconds,
-    "read_timeout": _parse_seconds,
-    "client_id": _parse_text,
-    "heartbeat_interval_ms": lambda n, r: _parse_int(n, r),
-    "max_msg_size": lambda n, r: _parse_int(n, r),
-    "max_body_size": lambda n, r: _parse_int(n, r),
+_CLIENT_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "tls": parse_bool,
+    "tls_verify": parse_bool,
+    "tls_ca_file": _text,
+    "tls_cert_file": _text,
+    "tls_key_file": _text,
+    "tls_server_name": _text,
+    "auth_secret": _text,
+    "compression": _compression,
+    "deflate_level": parse_int,
+    "connect_timeout": parse_seconds,
+    "read_timeout": parse_seconds,
+    "client_id": _text,
+    "heartbeat_interval_ms": parse_int,
+    "max_msg_size": parse_int,
+    "max_body_size": parse_int,
 }
 
 # Options of the data source itself.
@@ -187,22 +145,24 @@ class NSQWriteOptions:
             raise NSQOptionError("format", f"expected one of {', '.join(FORMATS)}, got {fmt!r}")
         body_column = given.get("body_column")
         if body_column is not None:
-            body_column = _parse_text("body_column", body_column)
+            body_column = _option("body_column", _text, body_column)
             if fmt == "json":
                 raise NSQOptionError(
                     "body_column", "not used with format=json, which sends the whole row"
                 )
         batch_size = DEFAULT_BATCH_SIZE
         if "batch_size" in given:
-            batch_size = _parse_int("batch_size", given["batch_size"], minimum=1)
+            batch_size = _option("batch_size", parse_int, given["batch_size"])
+            if batch_size < 1:
+                raise NSQOptionError("batch_size", f"must be >= 1, got {batch_size}")
         summary_file = given.get("summary_file")
         if summary_file is not None:
-            summary_file = _parse_text("summary_file", summary_file)
+            summary_file = _option("summary_file", _text, summary_file)
 
         client: dict[str, Any] = {}
         for key, parse in _CLIENT_OPTIONS.items():
             if key in given:
-                client[key] = parse(key, given[key])
+                client[key] = _option(key, parse, given[key])
         parsed = cls(
             host=host,
             port=port,
@@ -243,8 +203,7 @@ def options_from_client_config(config: ClientConfig) -> dict[str, str]:
     defaults (their host name as ``client_id``, for one).
     """
     default = ClientConfig(host=config.host, port=config.port)
-    host = f"[{config.host}]" if ":" in config.host else config.host
-    out: dict[str, str] = {"nsqd": f"{host}:{config.port}"}
+    out: dict[str, str] = {"nsqd": format_address(config.host, config.port)}
     for key in _CLIENT_OPTIONS:
         value = getattr(config, key)
         if value is None or value == getattr(default, key):

@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..protocol.go_json import go_json
 from .http_server import Handler, Request, Response, Router
 
 NSQ_CONTENT_TYPE = {"X-NSQ-Content-Type": "nsq; version=1.0"}
@@ -29,9 +29,7 @@ class APIError(Exception):
         self.message = message
 
 
-def encode_json(data: Any) -> bytes:
-    """Compact JSON, as Go's ``json.Marshal`` writes it."""
-    return json.dumps(data, separators=(",", ":")).encode()
+encode_json = go_json  # compact UTF-8 JSON, as Go's json.Marshal writes it
 
 
 def respond_v1(status: int, data: Any = None) -> Response:

@@ -8,6 +8,11 @@ Fixtures:
 - ``nsqd_factory`` (function): ``nsqd_factory(**options)`` starts a dedicated embedded
   broker with custom nsqd flags (limits, TLS, AUTH ...), stopped after the test; skips
   when ``NSQD_ADDRESS`` is set;
+- ``nsqlookupd`` (session): an embedded nsqlookupd-compatible server, or the real one
+  named by ``NSQLOOKUPD_HTTP_ADDRESS`` (and ``NSQLOOKUPD_TCP_ADDRESS``, default: the
+  HTTP port - 1) — see :class:`~.topology.NSQLookupdServer`;
+- ``nsq_topology`` (function): ``nsq_topology(n=2, **broker_options)`` gives a lookupd
+  and ``n`` nsqds registered with it — see :class:`~.topology.NSQTopology`;
 - ``nsq_topic`` (function): a unique valid topic name for the test;
 - ``tls_files`` (session): a throw-away CA, server certificate (127.0.0.1) and client
   certificate, see :func:`airflow_provider_nsq.testing.certificates.generate_tls_files`.
@@ -35,10 +40,57 @@ import pytest
 if TYPE_CHECKING:
     from .broker import EmbeddedNSQD
     from .certificates import TLSFiles
+    from .lookupd import EmbeddedNSQLookupd
+    from .topology import NSQLookupdServer, NSQTopology
 
 T = TypeVar("T")
 
 __all__ = ["NSQDServer"]
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.02) -> T:
+    """Poll ``predicate`` until it returns something truthy (and return that); an
+    ``AssertionError`` naming it after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            name = getattr(predicate, "__name__", repr(predicate))
+            raise AssertionError(f"condition {name} not met within {timeout}s (last: {last!r})")
+        time.sleep(interval)
+
+
+def http_exchange(
+    base_url: str,
+    method: str,
+    path: str,
+    query: dict[str, Any] | None = None,
+    body: bytes | None = None,
+) -> tuple[int, bytes]:
+    """One request to an nsqd's or nsqlookupd's HTTP API (with the v1 Accept header, as
+    their clients send it); returns (status, body) whatever the status."""
+    url = base_url + path
+    if query:
+        url += "?" + urllib.parse.urlencode(query)
+    request = urllib.request.Request(
+        url, data=body, method=method, headers={"Accept": "application/vnd.nsq; version=1.0"}
+    )
+    context = None
+    if url.startswith("https:"):  # the embedded broker's throw-away certificate
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    try:
+        with opener.open(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 class NSQDServer:
@@ -84,23 +136,7 @@ class NSQDServer:
         self, method: str, path: str, query: dict[str, Any] | None = None, body: bytes | None = None
     ) -> tuple[int, bytes]:
         """One request to the HTTP API; returns (status, body) whatever the status."""
-        url = f"{self._scheme}://{self.http_address}{path}"
-        if query:
-            url += "?" + urllib.parse.urlencode(query)
-        request = urllib.request.Request(url, data=body, method=method)
-        context = None
-        if self._scheme == "https":  # the embedded broker's throw-away certificate
-            context = ssl.create_default_context()
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        opener = urllib.request.build_opener(
-            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-        )
-        try:
-            with opener.open(request, timeout=10) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+        return http_exchange(f"{self._scheme}://{self.http_address}", method, path, query, body)
 
     def _post(
         self, path: str, query: dict[str, Any], body: bytes = b"", ok: tuple[int, ...] = (200,)
@@ -152,19 +188,7 @@ class NSQDServer:
 
     # -- waiting -------------------------------------------------------------------------
 
-    @staticmethod
-    def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.02) -> T:
-        """Poll ``predicate`` until it returns something truthy (and return that)."""
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while True:
-            last = predicate()
-            if last:
-                return last
-            if time.monotonic() >= deadline:
-                name = getattr(predicate, "__name__", repr(predicate))
-                raise AssertionError(f"condition {name} not met within {timeout}s (last: {last!r})")
-            time.sleep(interval)
+    wait_for = staticmethod(wait_for)
 
 
 def _server_for(broker: EmbeddedNSQD) -> NSQDServer:
@@ -175,23 +199,40 @@ def _server_for(broker: EmbeddedNSQD) -> NSQDServer:
 
 
 def _split_address(value: str, what: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise pytest.UsageError(f"{what}={value!r}: expected host:port")
-    return host or "127.0.0.1", int(port)
+    # Here, not at the top: loading the plugin stays cheap for every pytest run.
+    from ..client.address import parse_address
+    from ..protocol.errors import NSQValueError
+
+    try:
+        return parse_address(value, None, what)
+    except NSQValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _external_nsqds() -> list[NSQDServer]:
+    """The real nsqds of ``NSQD_ADDRESS`` (comma-separated ``host:port``s) and
+    ``NSQD_HTTP_ADDRESS`` (the same order; default: each TCP port + 1)."""
+    tcp = [a.strip() for a in os.environ.get("NSQD_ADDRESS", "").split(",") if a.strip()]
+    http = [a.strip() for a in os.environ.get("NSQD_HTTP_ADDRESS", "").split(",") if a.strip()]
+    if http and len(http) != len(tcp):
+        raise pytest.UsageError("NSQD_HTTP_ADDRESS must list one address per NSQD_ADDRESS entry")
+    servers = []
+    for i, address in enumerate(tcp):
+        host, tcp_port = _split_address(address, "NSQD_ADDRESS")
+        http_host, http_port = (
+            _split_address(http[i], "NSQD_HTTP_ADDRESS") if http else (host, tcp_port + 1)
+        )
+        servers.append(NSQDServer(host, tcp_port, http_port, http_host=http_host))
+    return servers
 
 
 @pytest.fixture(scope="session")
 def nsqd() -> Iterator[NSQDServer]:
-    """The session's NSQ server: embedded, or ``NSQD_ADDRESS`` / ``NSQD_HTTP_ADDRESS``."""
-    address = os.environ.get("NSQD_ADDRESS")
-    if address:
-        host, tcp_port = _split_address(address, "NSQD_ADDRESS")
-        http = os.environ.get("NSQD_HTTP_ADDRESS")
-        http_host, http_port = (
-            _split_address(http, "NSQD_HTTP_ADDRESS") if http else (host, tcp_port + 1)
-        )
-        yield NSQDServer(host, tcp_port, http_port, http_host=http_host)
+    """The session's NSQ server: embedded, or ``NSQD_ADDRESS`` / ``NSQD_HTTP_ADDRESS``
+    (the first one when they list several)."""
+    external = _external_nsqds()
+    if external:
+        yield external[0]
         return
     from .broker import EmbeddedNSQD
 
@@ -221,6 +262,104 @@ def nsqd_factory() -> Iterator[Callable[..., NSQDServer]]:
     finally:
         for broker in reversed(started):
             broker.stop()
+
+
+# -- nsqlookupd and topologies ------------------------------------------------------------
+
+
+def _external_lookupd() -> NSQLookupdServer | None:
+    """The real nsqlookupd of ``NSQLOOKUPD_HTTP_ADDRESS`` (and ``NSQLOOKUPD_TCP_ADDRESS``,
+    default: the HTTP port - 1, as nsqlookupd's 4160/4161), or None."""
+    from .topology import NSQLookupdServer
+
+    http = os.environ.get("NSQLOOKUPD_HTTP_ADDRESS", "").strip()
+    if not http:
+        return None
+    http_host, http_port = _split_address(http, "NSQLOOKUPD_HTTP_ADDRESS")
+    tcp = os.environ.get("NSQLOOKUPD_TCP_ADDRESS", "").strip()
+    host, tcp_port = (
+        _split_address(tcp, "NSQLOOKUPD_TCP_ADDRESS") if tcp else (http_host, http_port - 1)
+    )
+    return NSQLookupdServer(host, tcp_port, http_port, http_host=http_host)
+
+
+def _lookupd_for(server: EmbeddedNSQLookupd) -> NSQLookupdServer:
+    from .topology import NSQLookupdServer
+
+    return NSQLookupdServer(server.host, server.tcp_port, server.http_port, server)
+
+
+@pytest.fixture(scope="session")
+def nsqlookupd() -> Iterator[NSQLookupdServer]:
+    """The session's nsqlookupd: embedded, or ``NSQLOOKUPD_HTTP_ADDRESS`` (and
+    ``NSQLOOKUPD_TCP_ADDRESS``)."""
+    external = _external_lookupd()
+    if external is not None:
+        yield external
+        return
+    from .lookupd import EmbeddedNSQLookupd
+
+    server = EmbeddedNSQLookupd().start()
+    try:
+        yield _lookupd_for(server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nsq_topology() -> Iterator[Callable[..., NSQTopology]]:
+    """``nsq_topology(n=2, **broker_options)``: an nsqlookupd and ``n`` nsqds registered
+    with it, stopped after the test (nsqds first).
+
+    Embedded by default: a fresh lookupd and ``n`` brokers (``broker_options`` are
+    :class:`~airflow_provider_nsq.testing.broker.BrokerOptions` fields). With
+    ``NSQLOOKUPD_HTTP_ADDRESS`` the lookupd is that real one, and the nsqds are the
+    real ones of ``NSQD_ADDRESS`` (comma-separated, registered with it; the test is
+    skipped when it lists fewer than ``n`` or broker options are given), or, without
+    ``NSQD_ADDRESS``, embedded brokers registered with the real lookupd.
+    """
+    from .topology import NSQTopology, registered_with
+
+    started: list[Any] = []  # EmbeddedNSQD / EmbeddedNSQLookupd, stopped in reverse
+
+    def factory(n: int = 2, **broker_options: Any) -> NSQTopology:
+        if n < 1:
+            raise ValueError(f"a topology needs at least one nsqd, got n={n}")
+        lookupd = _external_lookupd()
+        external_nsqds = _external_nsqds() if lookupd is not None else []
+        if lookupd is None:
+            from .lookupd import EmbeddedNSQLookupd
+
+            server = EmbeddedNSQLookupd().start()
+            started.append(server)
+            lookupd = _lookupd_for(server)
+        if external_nsqds:
+            if broker_options:
+                pytest.skip("needs embedded nsqds with custom flags")
+            if len(external_nsqds) < n:
+                pytest.skip(
+                    f"needs {n} nsqds registered with NSQLOOKUPD_HTTP_ADDRESS: list them "
+                    "in NSQD_ADDRESS (comma-separated)"
+                )
+            nsqds = external_nsqds[:n]
+            topology = NSQTopology(lookupd, nsqds, [None] * n)
+        else:
+            from .broker import EmbeddedNSQD
+
+            brokers = []
+            for _ in range(n):
+                broker = EmbeddedNSQD(lookupd_tcp_addresses=[lookupd.tcp_address], **broker_options)
+                started.append(broker.start())
+                brokers.append(broker)
+            topology = NSQTopology(lookupd, [_server_for(b) for b in brokers], list(brokers))
+        wait_for(registered_with(lookupd, topology.nsqds), timeout=10)
+        return topology
+
+    try:
+        yield factory
+    finally:
+        for item in reversed(started):
+            item.stop()
 
 
 _UNSAFE = re.compile(r"[^.a-zA-Z0-9_-]+")

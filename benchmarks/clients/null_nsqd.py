@@ -10,7 +10,8 @@ broker's, so the figures show how fast each client can go, and its CPU column st
 low: what is left is the client (and the kernel's loopback).
 
 One thread reads each connection; a subscribed connection gets a second thread that
-writes. Standard library only.
+writes. Commands are read and frames encoded by the project's protocol core
+(``CommandReader``, ``encode_response``, ``encode_message``), nothing else of it.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import argparse
 import json
 import signal
 import socket
-import struct
 import sys
 import threading
 
-_FRAME = struct.Struct(">ll")
-_SIZE = struct.Struct(">l")
+from airflow_provider_nsq.protocol.command_reader import CommandReader
+from airflow_provider_nsq.protocol.frames import encode_message, encode_response
+
 _BATCH = 100  # message frames per write to a subscriber
 _BODY = bytes(i % 251 for i in range(200))
 _IDENTIFY_RESPONSE = json.dumps(
@@ -44,24 +45,14 @@ _IDENTIFY_RESPONSE = json.dumps(
         "output_buffer_timeout": 250,
     }
 ).encode()
-# Commands followed by a 4-byte size and a body (FACTS.md section 1).
-_WITH_BODY = (b"IDENTIFY", b"PUB", b"MPUB", b"DPUB", b"AUTH")
-
-
-def _frame(kind: int, data: bytes) -> bytes:
-    return _FRAME.pack(len(data) + 4, kind) + data
-
-
-_OK = _frame(0, b"OK")
-_CLOSE_WAIT = _frame(0, b"CLOSE_WAIT")
+_OK = encode_response(b"OK")
+_CLOSE_WAIT = encode_response(b"CLOSE_WAIT")
+_IDENTIFIED = encode_response(_IDENTIFY_RESPONSE)
 
 
 def _messages(start: int, count: int) -> bytes:
-    header = struct.Struct(">llqh")
     return b"".join(
-        header.pack(26 + 4 + len(_BODY), 2, 1_700_000_000_000_000_000, 1)
-        + b"%016x" % (start + i)
-        + _BODY
+        encode_message(1_700_000_000_000_000_000, 1, b"%016x" % (start + i), _BODY)
         for i in range(count)
     )
 
@@ -115,46 +106,36 @@ class _Subscriber:
 def serve(conn: socket.socket) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sub: _Subscriber | None = None
-    buf = b""
+    reader = CommandReader()
+    magic: bool | None = None
     try:
         while True:
             # 64 KiB: below glibc's mmap threshold, so a read does not mmap/munmap.
             chunk = conn.recv(65536)
             if not chunk:
                 return
-            buf += chunk
-            if buf.startswith(b"  V2"):
-                buf = buf[4:]
-            pos, replies, fins = 0, [], 0
-            while True:
-                eol = buf.find(b"\n", pos)
-                if eol < 0:
-                    break
-                line = buf[pos:eol]
-                name = line.split(b" ", 1)[0]
-                if name in _WITH_BODY:
-                    if len(buf) < eol + 5:
-                        break
-                    (size,) = _SIZE.unpack_from(buf, eol + 1)
-                    if len(buf) < eol + 5 + size:
-                        break
-                    pos = eol + 5 + size
-                    replies.append(_frame(0, _IDENTIFY_RESPONSE) if name == b"IDENTIFY" else _OK)
-                    continue
-                pos = eol + 1
-                if name == b"FIN" or name == b"REQ":
+            reader.feed(chunk)
+            if magic is None and (magic := reader.read_magic()) is None:
+                continue
+            replies, fins = [], 0
+            while (command := reader.read_command()) is not None:
+                params, body = command
+                name = params[0]
+                if body is not None:
+                    replies.append(_IDENTIFIED if name == b"IDENTIFY" else _OK)
+                elif name == b"FIN" or name == b"REQ":
                     fins += 1
                 elif name == b"RDY":
                     if sub is None:
                         sub = _Subscriber(conn)
-                    sub.update(rdy=int(line[4:] or b"1"))
+                    sub.update(rdy=int(params[1] if len(params) > 1 and params[1] else b"1"))
                 elif name == b"SUB":
                     replies.append(_OK)
                 elif name == b"CLS":
                     if sub is not None:
                         sub.update(rdy=0)
                     replies.append(_CLOSE_WAIT)
-            buf = buf[pos:]
+            reader.compact()
             if fins and sub is not None:
                 sub.update(finished=fins)
             if replies:

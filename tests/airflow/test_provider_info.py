@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_nsq.client.address import DEFAULT_NSQD_TCP_PORT
 from airflow_provider_nsq.provider_info import CONN_FIELDS
 
 HOOK = "airflow_provider_nsq.hooks.nsq.NSQHook"
@@ -45,7 +46,7 @@ def test_connection_form_behaviour(providers_manager):
     behaviour = providers_manager.field_behaviours["nsq"]
     assert set(behaviour["hidden_fields"]) == {"login", "schema"}
     assert behaviour["relabeling"]["password"] == "AUTH secret"
-    assert behaviour["placeholders"]["port"] == "4150"
+    assert behaviour["placeholders"]["port"] == str(DEFAULT_NSQD_TCP_PORT)
 
 
 def test_connection_form_fields(providers_manager):

@@ -10,9 +10,12 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_nsq.protocol import encode_error, encode_message, encode_response
+from airflow_provider_nsq.protocol.command_reader import CommandReader
+
+T = TypeVar("T")
 
 IDENTIFY_JSON = {
     "max_rdy_count": 2500,
@@ -37,45 +40,27 @@ class Peer:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.sock.settimeout(10)
-        self.buf = bytearray()
+        self.reader = CommandReader()
         self.commands: list[tuple[str, bytes]] = []
 
-    def _fill(self, n: int) -> None:
-        while len(self.buf) < n:
+    def _wait(self, read: Callable[[], T | None]) -> T:
+        """Receive until ``read`` (a CommandReader read) returns something."""
+        while (value := read()) is None:
             data = self.sock.recv(65536)
             if not data:
                 raise EOFError("client closed")
-            self.buf += data
-
-    def read_exact(self, n: int) -> bytes:
-        self._fill(n)
-        data = bytes(self.buf[:n])
-        del self.buf[:n]
-        return data
-
-    def read_line(self) -> bytes:
-        while b"\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError("client closed")
-            self.buf += data
-        line, _, rest = bytes(self.buf).partition(b"\n")
-        self.buf = bytearray(rest)
-        return line
+            self.reader.feed(data)
+        return value
 
     def read_command(self) -> tuple[str, bytes]:
         """One client command: (line, body) with the body for the commands that have one."""
-        line = self.read_line()
-        name = line.split(b" ")[0].decode()
-        body = b""
-        if name in ("PUB", "DPUB", "MPUB", "IDENTIFY", "AUTH"):
-            (size,) = struct.unpack(">I", self.read_exact(4))
-            body = self.read_exact(size)
-        self.commands.append((line.decode(), body))
-        return line.decode(), body
+        params, body = self._wait(self.reader.read_command)
+        line = b" ".join(params).decode()
+        self.commands.append((line, body or b""))
+        return line, body or b""
 
     def expect_magic(self) -> None:
-        assert self.read_exact(4) == b"  V2"
+        assert self._wait(self.reader.read_magic), "the client did not send the V2 magic"
 
     def handshake(self, **identify_overrides: Any) -> dict:
         """Magic, then answer IDENTIFY with nsqd's JSON; returns the client's IDENTIFY."""

@@ -1,4 +1,5 @@
-"""The codec decodes every recorded server stream into the recorded frames.
+"""The codec decodes every recorded server stream into the recorded frames, and every
+recorded client stream into the commands the client sent (the server role).
 
 Each stream is fed whole, one byte at a time, and followed by trailing bytes of the next
 frame (h11's approach), and compressed streams go through our deflate/snappy decoders
@@ -17,8 +18,9 @@ from airflow_provider_nsq.protocol import (
     ResponseFrame,
     parse_message,
 )
+from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.compression import DeflateCodec, SnappyCodec
-from tests.conformance.transcript import FILES, Transcript, recv_wire
+from tests.conformance.transcript import FILES, Transcript, recv_wire, sent_plain
 
 
 def _expected(frame: dict) -> object:
@@ -118,3 +120,43 @@ def test_recorded_messages_keep_binary_bodies_and_ids(path) -> None:
             assert msg.id == m["id"] and len(msg.raw_id) == 16
             assert msg.timestamp == m["timestamp_ns"] and msg.attempts == m["attempts"]
             assert msg.body.hex() == m["body_hex"]
+
+
+def _client_streams(t: Transcript) -> list[tuple[str, bytes]]:
+    """Per connection: every byte the client wrote, decompressed."""
+    return [
+        (conn, b"".join(sent_plain(s) for s in t.steps_of(conn) if "send_hex" in s))
+        for conn in t.connections
+    ]
+
+
+def _read_commands(chunks: list[bytes]) -> tuple[bool | None, list[bytes], int]:
+    """Feed ``chunks`` to a CommandReader; the magic, each whole command re-encoded, and
+    the bytes left over."""
+    reader, magic, commands = CommandReader(), None, []
+    for chunk in chunks:
+        reader.feed(chunk)
+        magic = reader.read_magic() if magic is None else magic
+        while magic and (command := reader.read_command()) is not None:
+            params, body = command
+            line = b" ".join(params) + b"\n"
+            commands.append(line if body is None else line + encode_sized(body))
+    return magic, commands, reader.buffered
+
+
+def encode_sized(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_recorded_client_bytes_read_back_as_the_commands_sent(path) -> None:
+    t = Transcript.load(path)
+    for conn, stream in _client_streams(t):
+        magic, commands, left = _read_commands([stream])
+        assert magic is (stream[:4] == b"  V2"), conn
+        if magic:
+            # Every whole command, re-encoded, is the stream again: nothing dropped,
+            # nothing reordered, the unfinished tail still buffered.
+            assert b"  V2" + b"".join(commands) + stream[len(stream) - left :] == stream, conn
+        bytewise = _read_commands([stream[i : i + 1] for i in range(len(stream))])
+        assert bytewise == (magic, commands, left), conn

@@ -231,7 +231,8 @@ def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
     compression: str,
 ) -> None:
     from airflow_provider_nsq.client import ClientConfig
-    from airflow_provider_nsq.spark import nsq_options_from_connection
+    from airflow_provider_nsq.hooks.nsq import NSQHook
+    from airflow_provider_nsq.spark import options_from_client_config
     from airflow_provider_nsq.testing.auth import StaticAuthorizer, allow_all
 
     server = nsqd_factory(
@@ -245,7 +246,8 @@ def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
         f"nsq://:{SECRET}@{server.host}:{server.tcp_port}"
         f"?tls=true&tls_ca_file={tls_files.ca_file}&compression={compression}",
     )
-    options = nsq_options_from_connection("nsq_spark_secure", topic=nsq_topic)
+    config = NSQHook("nsq_spark_secure").get_client_config()
+    options = {**options_from_client_config(config), "topic": nsq_topic}
     assert options["auth_secret"] == SECRET and options["compression"] == compression
     df = spark.createDataFrame([(f"secure {i}",) for i in range(20)], "value string")
 

@@ -31,7 +31,7 @@ def test_every_client_option_reaches_the_client_config() -> None:
         {
             **BASE,
             "TLS": "true",  # Spark lower-cases keys; so do we
-            "tls_verify": "no",
+            "tls_verify": "False",
             "tls_ca_file": "/etc/ca.pem",
             "tls_cert_file": "/etc/c.pem",
             "tls_key_file": "/etc/k.pem",
@@ -82,7 +82,7 @@ def test_nsqd_address(raw: str, expected: tuple[str, int]) -> None:
         ({"nsqd": None}, "nsqd", "required"),
         ({"nsqd": ""}, "nsqd", "host:port"),
         ({"nsqd": "host:0"}, "nsqd", "1-65535"),
-        ({"nsqd": "a:b:c"}, "nsqd", "brackets"),
+        ({"nsqd": "[::1"}, "nsqd", "[ipv6]:port"),
         ({"topic": "x" * 65}, "topic", "1 to 64"),
         ({"batch_size": "ten"}, "batch_size", "whole number"),
         ({"batch_size": "0"}, "batch_size", ">= 1"),
@@ -149,14 +149,15 @@ def test_spark_package_does_not_import_airflow() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def test_nsq_options_from_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_provider_nsq.spark import nsq_options_from_connection
+def test_options_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_nsq.hooks.nsq import NSQHook
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_NSQ_SPARK_TEST",
         "nsq://:s3cret@nsqd.example.com:4250?tls=true&compression=snappy&max_body_size=9000000",
     )
-    options = nsq_options_from_connection("nsq_spark_test", topic="results", batch_size=50)
+    config = NSQHook("nsq_spark_test").get_client_config()
+    options = {**options_from_client_config(config), "topic": "results", "batch_size": "50"}
     assert options == {
         "nsqd": "nsqd.example.com:4250",
         "tls": "true",

@@ -12,6 +12,14 @@ nothing survives a restart.
 - :class:`EmbeddedNSQD`: context manager, background thread, free ports.
 - :class:`Broker`: the broker itself, for use inside a running asyncio loop.
 - ``python -m airflow_provider_nsq.testing.broker --tcp-port 4150 --http-port 4151``.
+
+Modules, each importing only those listed before it: ``errors``, ``message``, ``options``;
+``identify`` (IDENTIFY's JSON and the settings it negotiates), ``auth``; ``channel``,
+``topic``; ``state`` (topics, clients, what they share); ``output`` (a client's output
+buffer), ``timers`` (heartbeats, read and write deadlines); ``session`` (one client:
+reading commands, delivering messages, upgrades); ``commands`` (the V2 commands);
+``lookupd_registration``, ``api`` (the HTTP API); ``server`` (:class:`Broker`:
+listeners and lifecycle); ``embedded``, ``__main__``.
 """
 
 from .embedded import EmbeddedNSQD

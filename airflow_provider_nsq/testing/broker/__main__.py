@@ -10,62 +10,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import re
 import signal
 import sys
 from collections.abc import Sequence
 
+from airflow_provider_nsq.client.address import DEFAULT_NSQD_HTTP_PORT, DEFAULT_NSQD_TCP_PORT
+
+from ..daemon_flags import boolean, duration_ms, listen_address
 from .options import BrokerOptions
 from .server import Broker
-
-_UNITS = {
-    "ns": 1e-6,
-    "us": 1e-3,
-    "µs": 1e-3,
-    "ms": 1.0,
-    "s": 1000.0,
-    "m": 60_000.0,
-    "h": 3_600_000.0,
-}
-_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
-
-
-def parse_duration_ms(text: str) -> int:
-    """A Go duration (``1m30s``, ``250ms``) or a plain number of milliseconds."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    pos, total = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 250ms, 60s, 1h)")
-    return int(total)
-
-
-def parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "t", "true", "yes", "on"):
-        return True
-    if value in ("0", "f", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
 
 
 def _tls_required(text: str) -> bool | str:
     if text.strip().lower() == "tcp-https":
         return "tcp-https"
-    return parse_bool(text)
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"invalid address {text!r}, expected HOST:PORT")
-    return host or "127.0.0.1", int(port)
+    return boolean(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,9 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--tcp-port", type=int, default=None, help="TCP port (default 4150; 0 = free port)")
     add("--http-port", type=int, default=None, help="HTTP port (default 4151; 0 = free port)")
     add("--https-port", type=int, default=None, help="HTTPS port, with --tls-cert (default: free)")
-    add("--tcp-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
-    add("--http-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
-    add("--https-address", type=_address, default=None, help="HOST:PORT, as nsqd's flag")
+    add("--tcp-address", type=listen_address, default=None, help="HOST:PORT, as nsqd's flag")
+    add("--http-address", type=listen_address, default=None, help="HOST:PORT, as nsqd's flag")
+    add("--https-address", type=listen_address, default=None, help="HOST:PORT, as nsqd's flag")
     add("--broadcast-address", default="127.0.0.1")
     for flag in (
         "max-msg-size",
@@ -104,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "http-client-connect-timeout",
         "http-client-request-timeout",
     ):
-        add(f"--{flag}", type=parse_duration_ms, default=None, metavar="DURATION")
+        add(f"--{flag}", type=duration_ms, default=None, metavar="DURATION")
     for flag in ("deflate", "snappy"):
-        add(f"--{flag}", type=parse_bool, nargs="?", const=True, default=None, metavar="BOOL")
+        add(f"--{flag}", type=boolean, nargs="?", const=True, default=None, metavar="BOOL")
     add("--tls-cert", default=None)
     add("--tls-key", default=None)
     add("--tls-root-ca-file", default=None)
@@ -126,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="nsqd-style auth server HOST:PORT or URL (repeatable)",
     )
+    add(
+        "--lookupd-tcp-address",
+        action="append",
+        default=None,
+        help="nsqlookupd TCP HOST:PORT to register with (repeatable)",
+    )
+    add("--broadcast-tcp-port", type=int, default=None, help="TCP port told to lookupds")
+    add("--broadcast-http-port", type=int, default=None, help="HTTP port told to lookupds")
     add("--log-level", default="info", choices=["debug", "info", "warn", "warning", "error"])
     return p
 
@@ -133,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
 def options_from_args(args: argparse.Namespace) -> BrokerOptions:
     kwargs: dict[str, object] = {}
     host = args.host
-    tcp_port = 4150 if args.tcp_port is None else args.tcp_port
-    http_port = 4151 if args.http_port is None else args.http_port
+    tcp_port = DEFAULT_NSQD_TCP_PORT if args.tcp_port is None else args.tcp_port
+    http_port = DEFAULT_NSQD_HTTP_PORT if args.http_port is None else args.http_port
     if args.tcp_address is not None:
         host = host or args.tcp_address[0]
         tcp_port = args.tcp_address[1] if args.tcp_port is None else tcp_port
@@ -172,10 +139,14 @@ def options_from_args(args: argparse.Namespace) -> BrokerOptions:
         "tls_client_auth_policy",
         "tls_min_version",
         "auth_http_address",
+        "broadcast_tcp_port",
+        "broadcast_http_port",
     ):
         value = getattr(args, name)
         if value is not None:
             kwargs[name] = value
+    if args.lookupd_tcp_address:
+        kwargs["lookupd_tcp_addresses"] = args.lookupd_tcp_address
     return BrokerOptions(**kwargs)  # type: ignore[arg-type]
 
 

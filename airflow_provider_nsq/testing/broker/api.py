@@ -11,11 +11,11 @@ against a real nsqd.
 from __future__ import annotations
 
 import functools
-import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.names import is_valid_name
 
 from ..http_api import (
@@ -29,12 +29,12 @@ from ..http_api import (
 )
 from ..http_server import Handler, Request, Response
 from .channel import QueueFull
+from .commands import read_mpub
+from .errors import ClientError
+from .state import BrokerState
 
-if TYPE_CHECKING:
-    from .server import Broker
 
-
-def _topic_arg(broker: Broker, request: Request) -> str:
+def _topic_arg(broker: BrokerState, request: Request) -> str:
     name = request.arg("topic")
     if name is None:
         raise APIError(400, "MISSING_ARG_TOPIC")
@@ -43,7 +43,7 @@ def _topic_arg(broker: Broker, request: Request) -> str:
     return name
 
 
-def _topic_channel_args(broker: Broker, request: Request) -> tuple[str, str]:
+def _topic_channel_args(broker: BrokerState, request: Request) -> tuple[str, str]:
     topic = request.arg("topic")
     if topic is None:
         raise APIError(400, "MISSING_ARG_TOPIC")
@@ -59,7 +59,7 @@ def _topic_channel_args(broker: Broker, request: Request) -> tuple[str, str]:
     return topic, channel
 
 
-def _existing_topic(broker: Broker, request: Request) -> str:
+def _existing_topic(broker: BrokerState, request: Request) -> str:
     name = request.arg("topic")
     if name is None:
         raise APIError(400, "MISSING_ARG_TOPIC")
@@ -68,7 +68,7 @@ def _existing_topic(broker: Broker, request: Request) -> str:
     return name
 
 
-def _publish(broker: Broker, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
+def _publish(broker: BrokerState, topic: str, bodies: list[bytes], defer_ms: int = 0) -> None:
     try:
         broker.get_topic(topic).publish(bodies, defer_ms)
     except QueueFull as exc:
@@ -76,11 +76,11 @@ def _publish(broker: Broker, topic: str, bodies: list[bytes], defer_ms: int = 0)
         raise APIError(503, f"EXITING ({exc})") from None
 
 
-def ping(broker: Broker, request: Request) -> str:
+def ping(broker: BrokerState, request: Request) -> str:
     return "OK"
 
 
-def info(broker: Broker, request: Request) -> dict[str, Any]:
+def info(broker: BrokerState, request: Request) -> dict[str, Any]:
     return {
         "version": broker.version,
         "broadcast_address": broker.options.broadcast_address,
@@ -91,7 +91,7 @@ def info(broker: Broker, request: Request) -> dict[str, Any]:
     }
 
 
-def pub(broker: Broker, request: Request) -> str:
+def pub(broker: BrokerState, request: Request) -> str:
     opts = broker.options
     if (request.content_length or 0) > opts.max_msg_size or len(request.body) > opts.max_msg_size:
         raise APIError(413, "MSG_TOO_BIG")
@@ -111,7 +111,7 @@ def pub(broker: Broker, request: Request) -> str:
     return "OK"
 
 
-def mpub(broker: Broker, request: Request) -> str:
+def mpub(broker: BrokerState, request: Request) -> str:
     opts = broker.options
     if (request.content_length or 0) > opts.max_body_size:
         raise APIError(413, "BODY_TOO_BIG")
@@ -136,28 +136,20 @@ def mpub(broker: Broker, request: Request) -> str:
 
 def _binary_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     # nsqd reuses readMPUB and answers 413 with the TCP error code minus "E_".
-    if len(body) < 4:
-        raise APIError(413, "BAD_BODY")
-    (count,) = struct.unpack_from(">i", body, 0)
-    if count <= 0 or count > (max_body_size - 4) // 5:
-        raise APIError(413, "BAD_BODY")
-    pos = 4
-    out = []
-    for _ in range(count):
-        if len(body) - pos < 4:
-            raise APIError(413, "BAD_MESSAGE")
-        (size,) = struct.unpack_from(">i", body, pos)
-        if size <= 0 or size > max_msg_size:
-            raise APIError(413, "BAD_MESSAGE")
-        pos += 4
-        if len(body) - pos < size:
-            raise APIError(413, "BAD_MESSAGE")
-        out.append(body[pos : pos + size])
-        pos += size
-    return out
+    reader = CommandReader()
+    reader.feed(body)
+    reading = read_mpub(reader, max_msg_size, max_body_size)
+    try:
+        _, code, _ = next(reading)  # it needs more bytes than the body has
+    except StopIteration as done:
+        bodies: list[bytes] = done.value
+        return bodies
+    except ClientError as err:
+        code = err.code
+    raise APIError(413, code.removeprefix("E_"))
 
 
-def stats(broker: Broker, request: Request) -> dict[str, Any] | str:
+def stats(broker: BrokerState, request: Request) -> dict[str, Any] | str:
     include_clients = request.arg("include_clients") not in ("false", "0")
     data = broker.stats(
         topic=request.arg("topic") or None,
@@ -204,54 +196,54 @@ def _stats_text(data: dict[str, Any], start_time: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def topic_create(broker: Broker, request: Request) -> None:
+def topic_create(broker: BrokerState, request: Request) -> None:
     broker.get_topic(_topic_arg(broker, request))
 
 
-def topic_delete(broker: Broker, request: Request) -> None:
+def topic_delete(broker: BrokerState, request: Request) -> None:
     broker.delete_topic(_existing_topic(broker, request))
 
 
-def topic_empty(broker: Broker, request: Request) -> None:
+def topic_empty(broker: BrokerState, request: Request) -> None:
     broker.topics[_existing_topic(broker, request)].empty()
 
 
-def topic_pause(broker: Broker, request: Request) -> None:
+def topic_pause(broker: BrokerState, request: Request) -> None:
     broker.topics[_existing_topic(broker, request)].set_paused(True)
 
 
-def topic_unpause(broker: Broker, request: Request) -> None:
+def topic_unpause(broker: BrokerState, request: Request) -> None:
     broker.topics[_existing_topic(broker, request)].set_paused(False)
 
 
-def channel_create(broker: Broker, request: Request) -> None:
+def channel_create(broker: BrokerState, request: Request) -> None:
     topic, channel = _topic_channel_args(broker, request)
     broker.topics[topic].get_channel(channel)
 
 
-def _existing_channel(broker: Broker, request: Request) -> tuple[str, str]:
+def _existing_channel(broker: BrokerState, request: Request) -> tuple[str, str]:
     topic, channel = _topic_channel_args(broker, request)
     if channel not in broker.topics[topic].channels:
         raise APIError(404, "CHANNEL_NOT_FOUND")
     return topic, channel
 
 
-def channel_delete(broker: Broker, request: Request) -> None:
+def channel_delete(broker: BrokerState, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].delete_channel(channel)
 
 
-def channel_empty(broker: Broker, request: Request) -> None:
+def channel_empty(broker: BrokerState, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].channels[channel].empty()
 
 
-def channel_pause(broker: Broker, request: Request) -> None:
+def channel_pause(broker: BrokerState, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].channels[channel].set_paused(True)
 
 
-def channel_unpause(broker: Broker, request: Request) -> None:
+def channel_unpause(broker: BrokerState, request: Request) -> None:
     topic, channel = _existing_channel(broker, request)
     broker.topics[topic].channels[channel].set_paused(False)
 
@@ -274,7 +266,7 @@ _ROUTES: dict[str, tuple[str, Callable[..., Any]]] = {
 }
 
 
-def build_app(broker: Broker) -> Handler:
+def build_app(broker: BrokerState) -> Handler:
     """The broker's HTTP API: nsqd's routes, with its TLS-required answer in front."""
     routes: dict[str, dict[str, Handler]] = {
         "/ping": {"GET": plain_text(functools.partial(ping, broker))}

@@ -22,29 +22,66 @@ import asyncio
 import heapq
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from .message import DEFERRED, DONE, IN_FLIGHT, QUEUED, BrokerMessage, Item, timer_tokens
-
-if TYPE_CHECKING:
-    from .client import ClientConnection
-    from .topic import Topic
+from .options import BrokerOptions
 
 
 class QueueFull(Exception):
     """A publish would take a queue past mem_queue_size (the broker refuses it)."""
 
 
+class Consumer(Protocol):
+    """What a channel needs from a subscribed client session."""
+
+    @property
+    def pump_msg_timeout(self) -> int: ...
+
+    def can_take(self) -> bool: ...
+
+    def deliver(
+        self,
+        item: Item,
+        now: float,
+        in_flight: dict[bytes, BrokerMessage],
+        heap: list[tuple[float, int, BrokerMessage]],
+        push: Callable[..., None],
+        timeout: float,
+    ) -> bool: ...
+
+    def message_timed_out(self) -> None: ...
+
+    def channel_emptied(self) -> None: ...
+
+    def close_connection(self) -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
 class Channel:
-    def __init__(self, topic: Topic, name: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.topic = topic
+    """One channel of topic ``topic_name``; ``on_last_consumer_gone`` is called when an
+    ``#ephemeral`` channel loses its last consumer (its topic deletes it)."""
+
+    def __init__(
+        self,
+        topic_name: str,
+        name: str,
+        options: BrokerOptions,
+        loop: asyncio.AbstractEventLoop,
+        on_last_consumer_gone: Callable[[], object],
+    ) -> None:
+        self.topic_name = topic_name
         self.name = name
+        self.options = options
         self.ephemeral = name.endswith("#ephemeral")
         self.loop = loop
+        self._on_last_consumer_gone = on_last_consumer_gone
         self.queue: deque[Item] = deque()
         self.in_flight: dict[bytes, BrokerMessage] = {}
         self.deferred_count = 0
-        self.clients: list[ClientConnection] = []
+        self.clients: list[Consumer] = []
         self.paused = False
         self.deleted = False
         self.message_count = 0
@@ -56,13 +93,9 @@ class Channel:
 
     # -- capacity (mem_queue_size, see docs/testing.md) ------------------------------
 
-    @property
-    def depth(self) -> int:
-        return len(self.queue)
-
     def room(self) -> int:
         """How many more messages this channel accepts from publishers."""
-        limit = self.topic.broker.options.mem_queue_size
+        limit = self.options.mem_queue_size
         return limit - len(self.queue) - self.deferred_count
 
     # -- putting messages in ----------------------------------------------------------
@@ -95,22 +128,22 @@ class Channel:
 
     # -- consumers -------------------------------------------------------------------
 
-    def add_client(self, client: ClientConnection) -> None:
-        limit = self.topic.broker.options.max_channel_consumers
+    def add_client(self, client: Consumer) -> None:
+        limit = self.options.max_channel_consumers
         if limit and len(self.clients) >= limit:
             raise ValueError(
-                f"consumers for {self.topic.name}:{self.name} exceeds limit of {limit}"
+                f"consumers for {self.topic_name}:{self.name} exceeds limit of {limit}"
             )
         self.clients.append(client)
 
-    def remove_client(self, client: ClientConnection) -> None:
+    def remove_client(self, client: Consumer) -> None:
         try:
             self.clients.remove(client)
         except ValueError:
             return
         # FACTS.md section 5: an #ephemeral channel goes with its last consumer.
         if self.ephemeral and not self.clients and not self.deleted:
-            self.topic.delete_channel(self.name)
+            self._on_last_consumer_gone()
 
     def dispatch(self) -> None:
         """Hand queued messages to ready consumers, in turn, within their RDY windows."""
@@ -147,7 +180,7 @@ class Channel:
 
     # -- FIN / REQ / TOUCH ------------------------------------------------------------
 
-    def _pop_in_flight(self, client: ClientConnection, msg_id: bytes) -> BrokerMessage:
+    def _pop_in_flight(self, client: Consumer, msg_id: bytes) -> BrokerMessage:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise LookupError("ID not in flight")
@@ -156,13 +189,13 @@ class Channel:
         del self.in_flight[msg_id]
         return msg
 
-    def finish(self, client: ClientConnection, msg_id: bytes) -> None:
+    def finish(self, client: Consumer, msg_id: bytes) -> None:
         msg = self._pop_in_flight(client, msg_id)
         msg.state = DONE
         msg.token = 0
         msg.client = None
 
-    def requeue(self, client: ClientConnection, msg_id: bytes, delay_ms: int) -> None:
+    def requeue(self, client: Consumer, msg_id: bytes, delay_ms: int) -> None:
         msg = self._pop_in_flight(client, msg_id)
         self.requeue_count += 1
         if delay_ms <= 0:
@@ -174,7 +207,7 @@ class Channel:
             self._defer(msg, self.loop.time() + delay_ms / 1000.0)
             self._arm()
 
-    def touch(self, client: ClientConnection, msg_id: bytes, msg_timeout_ms: int) -> None:
+    def touch(self, client: Consumer, msg_id: bytes, msg_timeout_ms: int) -> None:
         msg = self.in_flight.get(msg_id)
         if msg is None:
             raise LookupError("ID not in flight")
@@ -183,7 +216,7 @@ class Channel:
         now = self.loop.time()
         deadline = now + msg_timeout_ms / 1000.0
         # FACTS.md section 6: the total time since delivery stays within max-msg-timeout.
-        latest = msg.delivered_at + self.topic.broker.options.max_msg_timeout / 1000.0
+        latest = msg.delivered_at + self.options.max_msg_timeout / 1000.0
         deadline = min(deadline, latest)
         token = next(timer_tokens)
         msg.token = token

@@ -1,8 +1,9 @@
-"""IDENTIFY: decoding the client's JSON as Go's encoding/json would, and nsqd's answer.
+"""IDENTIFY: decoding the client's JSON as Go's encoding/json would, the settings it
+negotiates, and nsqd's answer.
 
 FACTS.md section 4: keys match case-insensitively, unknown keys are ignored, a value of
 the wrong type is ``E_BAD_BODY IDENTIFY failed to decode JSON body``; the JSON response
-has exactly nsqd's keys, in nsqd's order.
+has exactly nsqd's keys, in nsqd's order, written by :func:`go_json`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ClientError
+from .options import BrokerOptions
+
+#: Before IDENTIFY: ClientTimeout (60 s) / 2 (FACTS.md section 7).
+DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
+DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 
 # field -> Go type ("s" string, "b" bool, "i" int64, "i32" int32)
 _FIELDS = {
@@ -88,16 +94,75 @@ def decode_identify(body: bytes) -> IdentifyData:
     return data
 
 
-def go_json(fields: dict[str, Any]) -> bytes:
-    """Compact JSON as Go's encoding/json writes it (keys in the given order, UTF-8,
-    ``<``, ``>``, ``&``, U+2028 and U+2029 escaped)."""
-    text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
-    for raw, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(raw, escaped)
-    return text.encode()
+@dataclass
+class ClientSettings:
+    """What a client's IDENTIFY negotiated (nsqd's clientV2.Identify), and the values
+    nsqd's message pump took from the first IDENTIFY only (the ``pump_`` fields)."""
+
+    client_id: str = ""
+    hostname: str = ""
+    user_agent: str = ""
+    heartbeat_interval: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    output_buffer_size: int = DEFAULT_OUTPUT_BUFFER_SIZE
+    output_buffer_timeout: int = 250
+    sample_rate: int = 0
+    msg_timeout: int = 60_000
+    identified: bool = False
+    pump_output_buffer_timeout: int = 250
+    pump_sample_rate: int = 0
+    pump_msg_timeout: int = 60_000
+
+    @classmethod
+    def defaults(cls, opts: BrokerOptions) -> ClientSettings:
+        """A client's settings before any IDENTIFY."""
+        timeout = opts.output_buffer_timeout
+        return cls(
+            output_buffer_timeout=timeout,
+            msg_timeout=opts.msg_timeout,
+            pump_output_buffer_timeout=timeout,
+            pump_msg_timeout=opts.msg_timeout,
+        )
+
+    def apply(self, data: IdentifyData, opts: BrokerOptions) -> str | None:
+        """Take an IDENTIFY's values; returns nsqd's error text for a bad one."""
+        self.client_id = data.client_id
+        self.hostname = data.hostname
+        self.user_agent = data.user_agent
+        hb = data.heartbeat_interval
+        if hb == -1:
+            self.heartbeat_interval = 0
+        elif hb != 0:
+            if not 1000 <= hb <= opts.max_heartbeat_interval:
+                return f"heartbeat interval ({hb}) is invalid"
+            self.heartbeat_interval = hb
+        obt = data.output_buffer_timeout
+        if obt == -1:
+            self.output_buffer_timeout = 0
+        elif obt != 0:
+            if not opts.min_output_buffer_timeout <= obt <= opts.max_output_buffer_timeout:
+                return f"output buffer timeout ({obt}) is invalid"
+            self.output_buffer_timeout = obt
+        obs = data.output_buffer_size
+        if obs == -1:
+            self.output_buffer_size = 1  # unbuffered, and no flush timer
+            self.output_buffer_timeout = 0
+        elif obs != 0:
+            if not 64 <= obs <= opts.max_output_buffer_size:
+                return f"output buffer size ({obs}) is invalid"
+            self.output_buffer_size = obs
+        if not 0 <= data.sample_rate <= 99:
+            return f"sample rate ({data.sample_rate}) is invalid"
+        self.sample_rate = data.sample_rate
+        mt = data.msg_timeout
+        if mt != 0:
+            if not 1000 <= mt <= opts.max_msg_timeout:
+                return f"msg timeout ({mt}) is invalid"
+            self.msg_timeout = mt
+        if not self.identified:
+            # nsqd's message pump takes only the first IDENTIFY into account.
+            self.identified = True
+            self.pump_output_buffer_timeout = self.output_buffer_timeout
+            if self.sample_rate > 0:
+                self.pump_sample_rate = self.sample_rate
+            self.pump_msg_timeout = self.msg_timeout
+        return None

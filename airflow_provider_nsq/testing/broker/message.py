@@ -57,9 +57,6 @@ class IdGenerator:
         # Seeded from the clock so ids of successive brokers (tests) rarely collide.
         self._counter = itertools.count((time.time_ns() >> 12) & 0x0FFF_FFFF_FFFF_FFFF)
 
-    def next_id(self) -> bytes:
-        return b"%016x" % next(self._counter)
-
     def next_ids(self, n: int) -> list[bytes]:
         counter = self._counter
         return [b"%016x" % next(counter) for _ in range(n)]

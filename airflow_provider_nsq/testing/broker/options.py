@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_TCP_PORT, parse_address
 from airflow_provider_nsq.protocol.constants import (
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_MAX_DEFLATE_LEVEL,
@@ -94,11 +95,23 @@ class BrokerOptions:
     http_client_connect_timeout: int = 2000
     http_client_request_timeout: int = 5000
     broadcast_address: str = "127.0.0.1"
+    # nsqlookupd registration (lookupd_registration.py): nsqd's --lookupd-tcp-address
+    # (repeatable), --broadcast-tcp-port / --broadcast-http-port (what lookupds are told;
+    # default: the ports listened on) and the PING interval (fixed at 15 s in nsqd).
+    lookupd_tcp_addresses: Sequence[str] = field(default_factory=list)
+    broadcast_tcp_port: int | None = None
+    broadcast_http_port: int | None = None
+    lookupd_ping_interval: int = 15_000
 
     def __post_init__(self) -> None:
         if isinstance(self.auth_http_address, str):
             self.auth_http_address = [self.auth_http_address]
         self.auth_http_address = list(self.auth_http_address)
+        if isinstance(self.lookupd_tcp_addresses, str):
+            self.lookupd_tcp_addresses = [self.lookupd_tcp_addresses]
+        self.lookupd_tcp_addresses = list(self.lookupd_tcp_addresses)
+        for address in self.lookupd_tcp_addresses:
+            parse_address(address, DEFAULT_LOOKUPD_TCP_PORT, "lookupd_tcp_addresses")
         if self.tls_client_auth_policy not in _TLS_POLICIES:
             raise ValueError(
                 f"tls_client_auth_policy must be one of {_TLS_POLICIES}, "
@@ -129,6 +142,7 @@ class BrokerOptions:
             "max_heartbeat_interval",
             "max_output_buffer_size",
             "mem_queue_size",
+            "lookupd_ping_interval",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

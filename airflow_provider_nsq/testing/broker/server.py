@@ -1,25 +1,23 @@
-"""The broker: topics, connected clients, and the TCP / HTTP(S) listeners on one loop."""
+"""The broker: its state (:mod:`.state`) served on TCP and HTTP(S) listeners on one loop."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..http_server import start_http_server
 from . import api
-from .client import ClientConnection
-from .message import IdGenerator
-from .options import NSQD_VERSION, BrokerOptions
-from .topic import Topic
+from .commands import HANDLERS
+from .lookupd_registration import LookupdRegistration
+from .options import BrokerOptions
+from .session import ClientSession
+from .state import BrokerState
 
 log = logging.getLogger("airflow_provider_nsq.testing.broker")
 
 
-class Broker:
+class Broker(BrokerState):
     """An nsqd-compatible broker for tests and demos, on the running asyncio loop.
 
     Not a production broker: everything is in memory (no disk queue, nothing survives a
@@ -29,35 +27,9 @@ class Broker:
     """
 
     def __init__(self, options: BrokerOptions | None = None, **kwargs: Any) -> None:
-        base = options if options is not None else BrokerOptions()
-        self.options = base.replace(**kwargs) if kwargs else base
-        self.version = NSQD_VERSION
-        self.topics: dict[str, Topic] = {}
-        self.clients: set[ClientConnection] = set()
-        self.ids = IdGenerator()
-        self.start_time = int(time.time())
-        self.ssl_context = self.options.server_ssl_context()
-        self.auth_client_ssl_context = self._auth_client_context()
-        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="nsqd-auth")
-        self._loop: asyncio.AbstractEventLoop | None = None
+        super().__init__(options, **kwargs)
         self._servers: list[asyncio.Server] = []
-        self.host = self.options.host
-        self.tcp_port = 0
-        self.http_port = 0
-        self.https_port: int | None = None
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            raise RuntimeError("the broker is not started")
-        return self._loop
-
-    def _auth_client_context(self) -> ssl.SSLContext:
-        # For nsqd's 403 {"https_port": N} retry against the auth server.
-        ctx = ssl.create_default_context()
-        if self.options.tls_root_ca_file:
-            ctx.load_verify_locations(self.options.tls_root_ca_file)
-        return ctx
+        self._lookupd: LookupdRegistration | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -65,7 +37,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         opts = self.options
         tcp = await self._loop.create_server(
-            lambda: ClientConnection(self), opts.host, opts.tcp_port, backlog=1024
+            lambda: ClientSession(self, HANDLERS), opts.host, opts.tcp_port, backlog=1024
         )
         self._servers.append(tcp)
         self.tcp_port = tcp.sockets[0].getsockname()[1]
@@ -90,6 +62,9 @@ class Broker:
             )
             self._servers.append(https)
             self.https_port = https.sockets[0].getsockname()[1]
+        if opts.lookupd_tcp_addresses:
+            self.registration = self._lookupd = LookupdRegistration(self)
+            await self._lookupd.start()
         log.info(
             "nsqd-compatible broker %s listening: TCP %s:%d, HTTP %s:%d%s",
             self.version,
@@ -101,6 +76,9 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        if self._lookupd is not None:
+            await self._lookupd.stop()  # first: nsqd sends no UNREGISTER on exit
+            self.registration = self._lookupd = None
         for server in self._servers:
             server.close()
         for client in list(self.clients):
@@ -116,68 +94,3 @@ class Broker:
         await asyncio.sleep(0)
         self.executor.shutdown(wait=False, cancel_futures=True)
         log.info("nsqd-compatible broker stopped")
-
-    # -- topics -----------------------------------------------------------------------------
-
-    def get_topic(self, name: str) -> Topic:
-        topic = self.topics.get(name)
-        if topic is None:
-            topic = self.topics[name] = Topic(self, name, self.loop)
-        return topic
-
-    def delete_topic(self, name: str) -> bool:
-        topic = self.topics.pop(name, None)
-        if topic is None:
-            return False
-        topic.close()
-        return True
-
-    # -- stats --------------------------------------------------------------------------------
-
-    def stats(
-        self, topic: str | None = None, channel: str | None = None, include_clients: bool = True
-    ) -> dict[str, Any]:
-        """``/stats?format=json`` as nsqd 1.3 shapes it (no ``data`` wrapper)."""
-        # Go's nil slices: "topics" is null when the asked topic does not exist, and
-        # "producers" is null when there are none or clients were not asked for.
-        if topic and topic not in self.topics:
-            topics: list[dict[str, Any]] | None = None
-        else:
-            topics = []
-        for name in sorted(self.topics):
-            if topic and name != topic:
-                continue
-            t = self.topics[name]
-            if channel and channel not in t.channels:
-                continue  # nsqd leaves the topic out when the channel is missing
-            topics.append(t.stats(channel or None, include_clients))  # type: ignore[union-attr]
-        producers = [c.stats() for c in self.clients if c.pub_counts] if include_clients else []
-        return {
-            "version": self.version,
-            "health": "OK",
-            "start_time": self.start_time,
-            "topics": topics,
-            "memory": _memory_stats(),
-            "producers": producers or None,
-        }
-
-
-def _memory_stats() -> dict[str, int]:
-    # Go runtime numbers have no Python equivalent; keep nsqd's keys.
-    try:
-        import resource
-
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    except (ImportError, OSError):  # pragma: no cover - not on Linux
-        rss = 0
-    return {
-        "heap_objects": 0,
-        "heap_idle_bytes": 0,
-        "heap_in_use_bytes": rss,
-        "heap_released_bytes": 0,
-        "gc_pause_usec_100": 0,
-        "gc_pause_usec_99": 0,
-        "gc_pause_usec_95": 0,
-        "next_gc_bytes": 0,
-        "gc_total_runs": 0,
-    }

@@ -1,20 +1,20 @@
-"""One TCP client connection: reading commands, writing frames, timers, upgrades.
+"""One client's session with the broker: reading and running its commands, handing it
+messages, its upgrades and its end.
 
 What follows nsqd 1.3.0 here (FACTS.md sections 1, 3, 6, 7, 8):
 
 - the ``"  V2"`` magic, then ``\\n``-terminated command lines (a line longer than nsqd's
-  16 KiB read buffer closes the connection); commands are executed by
-  :mod:`.commands`;
+  16 KiB read buffer closes the connection), read through
+  :class:`~airflow_provider_nsq.protocol.command_reader.CommandReader`; the commands
+  themselves are :mod:`.commands` (handed in as ``handlers``);
 - fatal errors: the error frame is written, then the connection closes. When more than
   16 KiB of the client's bytes were left unread, nsqd's kernel answers with an RST; the
   broker does the same with ``SO_LINGER 0`` (``pub_bad_topic_large_body``);
-- output buffering: responses and errors flush at once, message frames wait in an
-  output buffer (default 16 KiB) until the client reaches its RDY limit, the buffer
-  fills, something else flushes, or the output-buffer timer (default 250 ms) runs out;
-- heartbeats every ``heartbeat_interval`` from IDENTIFY (the first IDENTIFY sets the
-  message pump's settings, as in nsqd); a client silent for 2 intervals is closed with
-  no error frame; a client not reading for one interval (its write buffer full) is
-  dropped;
+- output buffering (:mod:`.output`): responses and errors flush at once, message frames
+  wait until the client reaches its RDY limit, the buffer fills, something else flushes,
+  or the output-buffer timer runs out;
+- the settings IDENTIFY negotiates (:class:`~.identify.ClientSettings`) and the timers
+  they drive (:mod:`.timers`): heartbeats, the read deadline, the write deadline;
 - TLS (server side, right after the plaintext IDENTIFY response), then snappy or deflate
   on both directions at once.
 """
@@ -28,44 +28,51 @@ import random
 import socket
 import struct
 import time
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
 
+from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.compression import DeflateCodec, SnappyCodec
-from airflow_provider_nsq.protocol.constants import HEARTBEAT, MAGIC_V2, FrameType
-from airflow_provider_nsq.protocol.frames import encode_frame
+from airflow_provider_nsq.protocol.constants import HEARTBEAT
+from airflow_provider_nsq.protocol.errors import NSQProtocolError
+from airflow_provider_nsq.protocol.frames import encode_error, encode_message, encode_response
 
 from .auth import AuthState, call_authorizer, query_any
-from .commands import HANDLERS, STATE_CLOSING, STATE_INIT, STATE_SUBSCRIBED
+from .channel import Channel
 from .errors import ClientError
-from .identify import IdentifyData
+from .identify import ClientSettings, IdentifyData
 from .message import DONE, IN_FLIGHT, BrokerMessage, Item, timer_tokens
-
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .server import Broker
+from .output import OutputBuffer
+from .state import BrokerState
+from .timers import ClientTimers
 
 log = logging.getLogger("airflow_provider_nsq.testing.broker")
 
 #: nsqd reads through a 16 KiB bufio.Reader (FACTS.md section 3).
 READ_BUFFER_SIZE = 16 * 1024
-#: Before IDENTIFY: ClientTimeout (60 s) / 2 (FACTS.md section 7).
-DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
-DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 
-_MSG_HEADER = struct.Struct(">IIqH")  # size, frame type, timestamp, attempts
-_pack_msg_header = _MSG_HEADER.pack
+# The session's states, nsqd's numbers (stats show them).
+STATE_INIT = 0
+STATE_SUBSCRIBED = 3
+STATE_CLOSING = 4
+
+#: What a command returns: its response payload (None: no response), or a generator
+#: that reads its body or waits (see :mod:`.commands`).
+Result = bytes | None | Generator[Any, Any, bytes | None]
+Handler = Callable[["ClientSession", list[bytes]], Result]
+
 _TLS_REQUIRED_SUFFIX = b" in current state (TLS required)"
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientSession(asyncio.Protocol):
     """The broker side of one client; created by the TCP server per connection."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerState, handlers: Mapping[bytes, Handler]) -> None:
         self.broker = broker
+        self.options = opts = broker.options
         self.loop = broker.loop
-        opts = broker.options
+        self.handlers = handlers
         self.transport: Any = None
         self.sock: Any = None
         self.remote_ip = ""
@@ -73,10 +80,8 @@ class ClientConnection(asyncio.Protocol):
         self.state = STATE_INIT
         self.closed = False
         # reading
-        self.rbuf = bytearray()
-        self.rpos = 0
+        self.reader = CommandReader(READ_BUFFER_SIZE)
         self.read_error: tuple[str, str] | None = None  # what to say if the body never comes
-        self._cmd_start = 0
         self._magic_ok = False
         self._gen: Generator[Any, Any, bytes | None] | None = None
         self._need = 0
@@ -84,26 +89,13 @@ class ClientConnection(asyncio.Protocol):
         self._in_process = False
         self._want_dispatch = False
         self._eof = False
-        # IDENTIFY (current values) and the message pump's (first IDENTIFY only)
-        self.client_id = ""
-        self.hostname = ""
-        self.user_agent = ""
-        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL_MS
-        self.output_buffer_size = DEFAULT_OUTPUT_BUFFER_SIZE
-        self.output_buffer_timeout = opts.output_buffer_timeout
-        self.sample_rate = 0
-        self.msg_timeout = opts.msg_timeout
-        self._pump_identified = False
-        self.pump_output_buffer_timeout = opts.output_buffer_timeout
-        self.pump_sample_rate = 0
-        self.pump_msg_timeout = opts.msg_timeout
+        self.settings = ClientSettings.defaults(opts)
         # upgrades
         self.tls = False
         self.tls_version = ""
         self.tls_cipher = ""
         self.common_name = ""
         self.compression = ""
-        self._compress: Callable[[bytes], bytes] | None = None
         self._decompress: Callable[[bytes], bytes] | None = None
         # AUTH
         self.auth_state: AuthState | None = None
@@ -117,19 +109,16 @@ class ClientConnection(asyncio.Protocol):
         self.requeue_count = 0
         self.pub_counts: dict[str, int] = {}
         self.connect_ts = int(time.time())
-        # writing
-        self._out: list[bytes] = []
-        self._out_size = 0
         self._need_flush = False
-        self._flush_handle: asyncio.TimerHandle | None = None
         self._write_paused = False
-        self._write_deadline: asyncio.TimerHandle | None = None
-        # timers
-        self._hb_handle: asyncio.TimerHandle | None = None
-        self._hb_next = 0.0
-        self._hb_interval = 0.0
-        self._deadline_handle: asyncio.TimerHandle | None = None
-        self._last_read = 0.0
+        self.out = OutputBuffer(self.loop)
+        self.timers = ClientTimers(
+            self.loop,
+            heartbeat=self._send_heartbeat,
+            read_timeout=self._on_read_timeout,
+            write_timeout=self._on_write_timeout,
+            busy=lambda: self._waiting is not None,
+        )
 
     def __str__(self) -> str:
         return f"{self.remote_ip}:{self.remote_port}"
@@ -137,15 +126,15 @@ class ClientConnection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
+        self.transport = self.out.transport = transport
         self.sock = transport.get_extra_info("socket")
         peer = transport.get_extra_info("peername") or ("", 0)
         self.remote_ip, self.remote_port = str(peer[0]), int(peer[1])
-        self.client_id = self.hostname = self.remote_ip  # nsqd's defaults before IDENTIFY
+        settings = self.settings
+        settings.client_id = settings.hostname = self.remote_ip  # nsqd's, before IDENTIFY
         self.broker.clients.add(self)
-        self._last_read = self.loop.time()
-        self._start_heartbeat(self.heartbeat_interval)
-        self._arm_deadline()
+        self._set_heartbeat_interval(settings.heartbeat_interval)
+        self.timers.arm_read_deadline()
         log.debug("TCP: new client(%s)", self)
 
     def data_received(self, data: bytes) -> None:
@@ -158,17 +147,18 @@ class ClientConnection(asyncio.Protocol):
                 log.info("[%s] failed to read command - %s", self, exc)
                 self.close_connection()
                 return
-        self.rbuf += data
+        reader = self.reader
+        reader.feed(data)
         if not self._magic_ok:
-            if len(self.rbuf) < 4:
+            magic = reader.read_magic()
+            if magic is None:
                 return
-            if self.rbuf[:4] != MAGIC_V2:
-                log.info("client(%s) bad protocol magic %r", self, bytes(self.rbuf[:4]))
-                self._cmd_start = len(self.rbuf)  # nsqd read only 4 bytes: no RST for this
-                self._fatal(ClientError("E_BAD_PROTOCOL"))
+            if not magic:
+                log.info("client(%s) bad protocol magic", self)
+                # nsqd read only the 4 bytes: a clean close, never an RST, for this.
+                self._fatal(ClientError("E_BAD_PROTOCOL"), reset=False)
                 return
             self._magic_ok = True
-            self.rpos = 4
         self._process()
 
     def eof_received(self) -> bool | None:
@@ -187,16 +177,11 @@ class ClientConnection(asyncio.Protocol):
         # The client is not reading: stop handing it messages, and drop it after one
         # heartbeat interval, like nsqd's write deadline (FACTS.md section 7).
         self._write_paused = True
-        if self.heartbeat_interval > 0 and self._write_deadline is None:
-            self._write_deadline = self.loop.call_later(
-                self.heartbeat_interval / 1000.0, self._on_write_deadline
-            )
+        self.timers.start_write_deadline()
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._write_deadline is not None:
-            self._write_deadline.cancel()
-            self._write_deadline = None
+        self.timers.cancel_write_deadline()
         if self.channel is not None and not self.closed:
             self.channel.dispatch()
 
@@ -215,54 +200,43 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         if completed:
-            self._last_read = self.loop.time()
+            self.timers.read_now()
         if self._want_dispatch:
             self._want_dispatch = False
             if self.channel is not None:
                 self.channel.compact()
                 self.channel.dispatch()
         if self._need_flush:
-            self._flush()
-        buf = self.rbuf
-        if self.rpos:
-            if self.rpos >= len(buf):
-                buf.clear()
-            else:
-                del buf[: self.rpos]
-            self.rpos = 0
-            self._cmd_start = 0
+            self.flush()
+        self.reader.compact()
         if self._eof and self._waiting is None:
             self._on_eof()
 
     def _run(self) -> bool:
-        buf = self.rbuf
-        handlers = HANDLERS
+        reader = self.reader
+        handlers = self.handlers
         completed = False
-        tls_required = self.broker.options.tcp_tls_required
+        tls_required = self.options.tcp_tls_required
         channel = self.channel
         in_flight = channel.in_flight if channel is not None else None
         fast_fin = in_flight is not None and (self.tls or not tls_required)
         while not self.closed:
             gen = self._gen
             if gen is not None:
-                if self._waiting is not None or len(buf) - self.rpos < self._need:
+                if self._waiting is not None or reader.buffered < self._need:
                     break
                 self._step(gen, None, None)
                 completed = True
                 continue
-            pos = self.rpos
-            nl = buf.find(b"\n", pos)
-            if nl < 0:
-                if len(buf) - pos >= READ_BUFFER_SIZE:
-                    # nsqd's ReadSlice fails with a full buffer: closes without a frame.
-                    log.info("[%s] failed to read command - line too long", self)
-                    self.close_connection()
+            try:
+                params = reader.read_line()
+            except NSQProtocolError as exc:
+                # nsqd's ReadSlice fails with a full buffer: closes without a frame.
+                log.info("[%s] failed to read command - %s", self, exc)
+                self.close_connection()
                 break
-            self.rpos = nl + 1
-            self._cmd_start = pos
-            if nl > pos and buf[nl - 1] == 13:  # optional trailing \r
-                nl -= 1
-            params = bytes(buf[pos:nl]).split(b" ")
+            if params is None:
+                break
             cmd = params[0]
             completed = True
             if cmd == b"FIN" and fast_fin and len(params) > 1:
@@ -314,8 +288,9 @@ class ClientConnection(asyncio.Protocol):
             self.read_error = None
             self._error(err)
             return
-        if type(request) is int:
-            self._need = request
+        if type(request) is tuple:
+            self._need, code, text = request
+            self.read_error = (code, text)
             return
         future = asyncio.ensure_future(request)
         self._waiting = future
@@ -345,11 +320,9 @@ class ClientConnection(asyncio.Protocol):
     # -- writing ----------------------------------------------------------------------------
 
     def send_response(self, data: bytes, flush: bool = False) -> None:
-        frame = encode_frame(FrameType.RESPONSE, data)
-        self._out.append(frame)
-        self._out_size += len(frame)
+        self.out.add(encode_response(data))
         if flush or not self._in_process:
-            self._flush()
+            self.flush()
         else:
             self._need_flush = True  # once, at the end of this batch of commands
 
@@ -358,39 +331,24 @@ class ClientConnection(asyncio.Protocol):
         if err.fatal:
             self._fatal(err)
             return
-        self._out.append(encode_frame(FrameType.ERROR, err.payload))
-        self._flush()
+        self.out.add(encode_error(err.code, err.text))
+        self.flush()
 
-    def _fatal(self, err: ClientError) -> None:
-        self._out.append(encode_frame(FrameType.ERROR, err.payload))
-        self._flush()
-        unread = len(self.rbuf) - self._cmd_start
-        self.close_connection(reset=unread > READ_BUFFER_SIZE)
+    def _fatal(self, err: ClientError, reset: bool = True) -> None:
+        self.out.add(encode_error(err.code, err.text))
+        self.flush()
+        # More unread than nsqd's read buffer holds: its kernel answers with an RST.
+        self.close_connection(reset=reset and self.reader.unread > READ_BUFFER_SIZE)
 
-    def _flush(self) -> None:
-        out = self._out
+    def flush(self) -> None:
         self._need_flush = False
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        if not out:
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []
-        self._out_size = 0
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if self._compress is not None:
-            data = self._compress(data)
-        transport.write(data)
-
-    def _on_flush_timer(self) -> None:
-        self._flush_handle = None
-        if not self.closed:
-            self._flush()
+        self.out.flush()
 
     # -- delivering messages (called by the channel) ---------------------------------------
+
+    @property
+    def pump_msg_timeout(self) -> int:
+        return self.settings.pump_msg_timeout
 
     def can_take(self) -> bool:
         return (
@@ -410,7 +368,8 @@ class ClientConnection(asyncio.Protocol):
         timeout: float,
     ) -> bool:
         """Send one message in flight; return whether this client can take another."""
-        sample_rate = self.pump_sample_rate
+        settings = self.settings
+        sample_rate = settings.pump_sample_rate
         if sample_rate and random.randrange(100) > sample_rate:
             # nsqd drops the message for good, it is not requeued (FACTS.md section 4).
             if isinstance(item, BrokerMessage):
@@ -427,22 +386,18 @@ class ClientConnection(asyncio.Protocol):
         push(heap, (now + timeout, token, msg))
         self.in_flight += 1
         self.message_count += 1
-        body = msg.body
-        frame = _pack_msg_header(30 + len(body), 2, msg.timestamp, msg.attempts) + msg.id + body
-        size = len(frame)
-        limit = self.output_buffer_size
-        if self._out_size + size > limit and self._out:
-            self._flush()  # bufio.Writer semantics: what is buffered goes out first
-        self._out.append(frame)
-        self._out_size += size
-        if self.in_flight >= self.rdy or self._out_size >= limit:
+        frame = encode_message(msg.timestamp, msg.attempts, msg.id, msg.body)
+        out = self.out
+        limit = settings.output_buffer_size
+        if out.size + len(frame) > limit and out:
+            out.flush()  # bufio.Writer semantics: what is buffered goes out first
+        out.add(frame)
+        if self.in_flight >= self.rdy or out.size >= limit:
             # At the RDY limit nsqd flushes at once (FACTS.md section 6).
-            self._flush()
+            out.flush()
             return self.in_flight < self.rdy and not self._write_paused
-        if self._flush_handle is None and self.pump_output_buffer_timeout > 0:
-            self._flush_handle = self.loop.call_later(
-                self.pump_output_buffer_timeout / 1000.0, self._on_flush_timer
-            )
+        if settings.pump_output_buffer_timeout > 0:
+            out.flush_within(settings.pump_output_buffer_timeout / 1000.0)
         return not self._write_paused
 
     def message_timed_out(self) -> None:
@@ -456,57 +411,21 @@ class ClientConnection(asyncio.Protocol):
 
     def apply_identify(self, data: IdentifyData) -> str | None:
         """nsqd's clientV2.Identify; returns the error text, if any."""
-        opts = self.broker.options
-        self.client_id = data.client_id
-        self.hostname = data.hostname
-        self.user_agent = data.user_agent
-        hb = data.heartbeat_interval
-        if hb == -1:
-            self.heartbeat_interval = 0
-        elif hb != 0:
-            if not 1000 <= hb <= opts.max_heartbeat_interval:
-                return f"heartbeat interval ({hb}) is invalid"
-            self.heartbeat_interval = hb
-        obt = data.output_buffer_timeout
-        if obt == -1:
-            self.output_buffer_timeout = 0
-        elif obt != 0:
-            if not opts.min_output_buffer_timeout <= obt <= opts.max_output_buffer_timeout:
-                return f"output buffer timeout ({obt}) is invalid"
-            self.output_buffer_timeout = obt
-        obs = data.output_buffer_size
-        if obs == -1:
-            self.output_buffer_size = 1  # unbuffered, and no flush timer
-            self.output_buffer_timeout = 0
-        elif obs != 0:
-            if not 64 <= obs <= opts.max_output_buffer_size:
-                return f"output buffer size ({obs}) is invalid"
-            self.output_buffer_size = obs
-        if obs != 0:
-            self._flush()
-        if not 0 <= data.sample_rate <= 99:
-            return f"sample rate ({data.sample_rate}) is invalid"
-        self.sample_rate = data.sample_rate
-        mt = data.msg_timeout
-        if mt != 0:
-            if not 1000 <= mt <= opts.max_msg_timeout:
-                return f"msg timeout ({mt}) is invalid"
-            self.msg_timeout = mt
-        if not self._pump_identified:
-            # nsqd's message pump takes only the first IDENTIFY into account.
-            self._pump_identified = True
-            self.pump_output_buffer_timeout = self.output_buffer_timeout
-            if self.sample_rate > 0:
-                self.pump_sample_rate = self.sample_rate
-            self.pump_msg_timeout = self.msg_timeout
+        settings = self.settings
+        first = not settings.identified
+        error = settings.apply(data, self.options)
+        if data.output_buffer_size != 0:
+            self.flush()
+        if error:
+            return error
+        if first:
             # nsqd's pump starts its ticker just after the IOLoop has set the new read
             # deadline, so the deadline (2 intervals) wins over the 2nd heartbeat
             # (heartbeat_timeout: one heartbeat, then the close).
-            self._start_heartbeat(self.heartbeat_interval, offset=0.001)
-        self._last_read = self.loop.time()
-        if self._deadline_handle is not None:
-            self._deadline_handle.cancel()
-        self._arm_deadline()
+            self._set_heartbeat_interval(settings.heartbeat_interval, offset=0.001)
+        self.timers.interval_ms = settings.heartbeat_interval
+        self.timers.read_now()
+        self.timers.arm_read_deadline()
         return None
 
     def subscribed(self, channel: Channel) -> None:
@@ -517,13 +436,13 @@ class ClientConnection(asyncio.Protocol):
         self.rdy = count
         if self.can_take():
             self._want_dispatch = True
-        elif self._out:
-            self._flush()  # nsqd flushes as soon as the client is not ready
+        elif self.out:
+            self.flush()  # nsqd flushes as soon as the client is not ready
 
     def start_close(self) -> None:
         self.state = STATE_CLOSING
         self.rdy = 0
-        self._flush()
+        self.flush()
 
     def finished(self) -> None:
         self.in_flight -= 1
@@ -544,13 +463,13 @@ class ClientConnection(asyncio.Protocol):
         context = self.broker.ssl_context
         assert context is not None
         # nsqd swaps its reader: plaintext bytes pipelined after IDENTIFY are lost.
-        del self.rbuf[self.rpos :]
+        self.reader.take_rest()
         transport = await self.loop.start_tls(
             self.transport, self, context, server_side=True, ssl_handshake_timeout=5.0
         )
         if transport is None:
             raise ConnectionError("connection closed during the TLS handshake")
-        self.transport = transport
+        self.transport = self.out.transport = transport
         self.tls = True
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
@@ -566,14 +485,12 @@ class ClientConnection(asyncio.Protocol):
     def start_compression(self, kind: str, level: int) -> None:
         """Switch both directions right after the last plain frame (FACTS.md section 8)."""
         codec = SnappyCodec() if kind == "snappy" else DeflateCodec(level)
-        self._flush()
-        rest = bytes(self.rbuf[self.rpos :])
-        del self.rbuf[self.rpos :]
-        self._compress = codec.compress
+        self.out.compress_with(codec.compress)
+        rest = self.reader.take_rest()
         self._decompress = codec.decompress
         self.compression = kind
         if rest:
-            self.rbuf += codec.decompress(rest)
+            self.reader.feed(codec.decompress(rest))
 
     @property
     def compressed(self) -> bool:
@@ -581,7 +498,7 @@ class ClientConnection(asyncio.Protocol):
 
     def query_auth(self) -> asyncio.Future[AuthState]:
         """Ask the authorizer in a worker thread (it may block on HTTP)."""
-        opts = self.broker.options
+        opts = self.options
         if opts.authorizer is not None:
             call = functools.partial(
                 call_authorizer,
@@ -606,50 +523,22 @@ class ClientConnection(asyncio.Protocol):
 
     # -- timers --------------------------------------------------------------------------------
 
-    def _start_heartbeat(self, interval_ms: int, offset: float = 0.0) -> None:
-        if self._hb_handle is not None:
-            self._hb_handle.cancel()
-            self._hb_handle = None
-        if interval_ms > 0 and not self.closed:
-            self._hb_interval = interval_ms / 1000.0
-            self._hb_next = self.loop.time() + offset + self._hb_interval
-            self._hb_handle = self.loop.call_at(self._hb_next, self._on_heartbeat)
+    def _set_heartbeat_interval(self, interval_ms: int, offset: float = 0.0) -> None:
+        self.timers.interval_ms = interval_ms
+        self.timers.start_heartbeats(interval_ms, offset)
 
-    def _on_heartbeat(self) -> None:
+    def _send_heartbeat(self) -> None:
+        if not self.closed:
+            self.send_response(HEARTBEAT, flush=True)
+
+    def _on_read_timeout(self) -> None:
         if self.closed:
-            return
-        now = self.loop.time()
-        if now < self._hb_next:  # never early
-            self._hb_handle = self.loop.call_at(self._hb_next, self._on_heartbeat)
-            return
-        self.send_response(HEARTBEAT, flush=True)
-        self._hb_next += self._hb_interval
-        if self._hb_next <= now:  # a ticker drops ticks it could not deliver
-            self._hb_next = now + self._hb_interval
-        self._hb_handle = self.loop.call_at(self._hb_next, self._on_heartbeat)
-
-    def _arm_deadline(self) -> None:
-        if self.heartbeat_interval > 0:
-            when = self._last_read + 2 * self.heartbeat_interval / 1000.0
-        else:
-            when = self.loop.time() + 1.0  # disabled: look again later
-        self._deadline_handle = self.loop.call_at(when, self._on_deadline)
-
-    def _on_deadline(self) -> None:
-        self._deadline_handle = None
-        if self.closed:
-            return
-        hb = self.heartbeat_interval
-        now = self.loop.time()
-        if hb <= 0 or self._waiting is not None or now < self._last_read + 2 * hb / 1000.0:
-            self._arm_deadline()
             return
         # Nothing read for 2 heartbeat intervals (FACTS.md section 7).
-        log.info("[%s] read timeout after %d ms", self, 2 * hb)
+        log.info("[%s] read timeout after %d ms", self, 2 * self.timers.interval_ms)
         self._on_eof()
 
-    def _on_write_deadline(self) -> None:
-        self._write_deadline = None
+    def _on_write_timeout(self) -> None:
         if self._write_paused and not self.closed:
             log.info("[%s] write timeout: the client is not reading", self)
             self.close_connection(abort=True)
@@ -679,15 +568,8 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
-        for handle in (
-            self._hb_handle,
-            self._deadline_handle,
-            self._flush_handle,
-            self._write_deadline,
-        ):
-            if handle is not None:
-                handle.cancel()
-        self._hb_handle = self._deadline_handle = self._flush_handle = self._write_deadline = None
+        self.timers.stop()
+        self.out.close()
         if self._waiting is not None:
             self._waiting.cancel()
             self._waiting = None
@@ -702,8 +584,8 @@ class ClientConnection(asyncio.Protocol):
 
     def stats(self) -> dict[str, Any]:
         stats: dict[str, Any] = {
-            "client_id": self.client_id,
-            "hostname": self.hostname,
+            "client_id": self.settings.client_id,
+            "hostname": self.settings.hostname,
             "version": "V2",
             "remote_address": f"{self.remote_ip}:{self.remote_port}",
             "state": self.state,
@@ -713,10 +595,10 @@ class ClientConnection(asyncio.Protocol):
             "finish_count": self.finish_count,
             "requeue_count": self.requeue_count,
             "connect_ts": self.connect_ts,
-            "sample_rate": self.sample_rate,
+            "sample_rate": self.settings.sample_rate,
             "deflate": self.compression == "deflate",
             "snappy": self.compression == "snappy",
-            "user_agent": self.user_agent,
+            "user_agent": self.settings.user_agent,
         }
         if self.auth_state is not None:
             stats["authed"] = True
