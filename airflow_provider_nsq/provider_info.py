@@ -193,9 +193,14 @@ def provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_nsq.triggers.nsq"],
+                "python-modules": [
+                    "airflow_provider_nsq.triggers.nsq",
+                    "airflow_provider_nsq.triggers.nsq_event",
+                ],
             }
         ],
+        # Needs apache-airflow-providers-common-messaging (the [messaging] extra).
+        "queues": ["airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"],
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,

@@ -41,6 +41,7 @@ from ..protocol.errors import (
     NSQTimeoutError,
     NSQTLSError,
 )
+from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
 #: How much longer each wait after a short HTTP check is, up to HTTP_MAX_INTERVAL_S.
 HTTP_BACKOFF = 1.5

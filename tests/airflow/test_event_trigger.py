@@ -1,0 +1,450 @@
+"""NSQEventTrigger against a real nsqd (embedded, or NSQD_ADDRESS), driven the way the
+Airflow 3.3 triggerer drives it: Airflow's own SharedStreamManager (ack mode), each
+event bound as ``run_trigger`` binds it, and "stored" only when the test confirms it as
+the triggerer's supervisor does after writing the asset event."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from airflow.triggers.base import TriggerEvent
+from airflow.triggers.shared_stream import SharedStreamManager
+
+from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.protocol.errors import NSQValueError
+from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
+
+from .conftest import read
+
+CHANNEL = "airflow"
+
+
+class Triggerer:
+    """The triggerer's part for shared-stream triggers, minus the database."""
+
+    def __init__(self, ack_timeout: float = 300.0) -> None:
+        self.manager = SharedStreamManager(ack_timeout=ack_timeout)
+        self.events: list[tuple[int, TriggerEvent, int | None]] = []
+        self.failures: dict[int, BaseException] = {}
+        self._confirmed: set[int] = set()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._changed = asyncio.Event()
+
+    def start(self, trigger_id: int, trigger: NSQEventTrigger) -> None:
+        self._tasks[trigger_id] = asyncio.create_task(self._run(trigger_id, trigger))
+
+    async def _run(self, trigger_id: int, trigger: NSQEventTrigger) -> None:
+        key = trigger.shared_stream_key()
+        try:
+            stream = self.manager.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
+            async for event in trigger.filter_shared_stream(stream):
+                # As run_trigger: bind with no await between taking the event and queueing it.
+                seq = self.manager.bind_pending_event(trigger_id=trigger_id, key=key)
+                self.events.append((trigger_id, event, seq))
+                self._changed.set()
+        except Exception as exc:
+            self.failures[trigger_id] = exc
+            self._changed.set()
+        finally:
+            await self.manager.unsubscribe(trigger_id, key)
+
+    def payloads(self, trigger_id: int | None = None) -> list[dict[str, Any]]:
+        return [e.payload for tid, e, _ in self.events if trigger_id in (None, tid)]
+
+    async def until(self, condition: Callable[[], bool], timeout: float = 20.0) -> None:
+        async def wait() -> None:
+            while not condition():
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(wait(), timeout)
+
+    def persist(self) -> None:
+        """Confirm every event so far as stored (the supervisor's events_persisted)."""
+        seqs = [seq for _, _, seq in self.events if seq is not None and seq not in self._confirmed]
+        self._confirmed.update(seqs)
+        self.manager.confirm_persisted(seqs)
+
+    async def stop(self, trigger_id: int) -> None:
+        task = self._tasks.pop(trigger_id)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def stop_all(self) -> None:
+        for trigger_id in list(self._tasks):
+            await self.stop(trigger_id)
+
+
+def _trigger(topic: str, **kwargs: Any) -> NSQEventTrigger:
+    return NSQEventTrigger(topic=topic, channel=CHANNEL, **kwargs)
+
+
+async def _until(nsqd, condition: Callable[[], Any], timeout: float = 20.0) -> None:
+    await asyncio.to_thread(nsqd.wait_for, condition, timeout)
+
+
+def _channel(nsqd, topic: str) -> dict[str, Any]:
+    return nsqd.channel_stats(topic, CHANNEL) or {}
+
+
+def _drained(nsqd, topic: str) -> bool:
+    c = _channel(nsqd, topic)
+    return bool(c) and c["depth"] == 0 and c["in_flight_count"] == 0
+
+
+def _finished(nsqd, topic: str) -> int:
+    return sum(client["finish_count"] for client in _channel(nsqd, topic).get("clients", []))
+
+
+# -- construction --------------------------------------------------------------------------
+
+
+def test_serialize_round_trips_as_json():
+    trigger = _trigger(
+        "orders",
+        nsq_conn_id="nsq_events",
+        message_filter="tests.airflow.event_filters.not_spam",
+        max_in_flight=10,
+        requeue_delay=__import__("datetime").timedelta(seconds=2),
+        dead_letter_topic="orders_dead",
+    )
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_provider_nsq.triggers.nsq_event.NSQEventTrigger"
+    assert kwargs["requeue_delay"] == 2000
+    json.dumps(kwargs)
+    assert type(trigger)(**kwargs).serialize() == trigger.serialize()
+
+
+def test_one_subscription_per_connection_topic_and_channel():
+    a = _trigger("orders", message_filter="tests.airflow.event_filters.not_spam")
+    b = _trigger("orders", max_in_flight=5)
+    assert a.shared_stream_key() == b.shared_stream_key()
+    assert a.shared_stream_key() != _trigger("orders", nsq_conn_id="other").shared_stream_key()
+    assert a.shared_stream_key() != NSQEventTrigger(topic="orders", channel="x").shared_stream_key()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"topic": "bad topic"}, "topic"),
+        ({"channel": ""}, "channel"),
+        ({"max_in_flight": 0}, "max_in_flight"),
+        ({"max_in_flight": 2501}, "max_in_flight"),
+        ({"message_filter": len}, "dotted path"),
+        ({"requeue_delay": -1}, "requeue_delay"),
+        ({"dead_letter_topic": "orders"}, "dead_letter_topic"),
+        ({"dead_letter_topic": "bad topic!"}, "topic"),
+    ],
+)
+def test_bad_arguments_are_refused_with_their_name(kwargs, needle):
+    arguments = {"topic": "orders", "channel": CHANNEL, **kwargs}
+    with pytest.raises(NSQValueError, match=needle):
+        NSQEventTrigger(**arguments)
+
+
+# -- ack mode --------------------------------------------------------------------------------
+
+
+def test_fin_only_after_the_event_is_stored(nsqd, nsq_default, nsq_topic):
+    bodies = [b"one", b"two", b"\xff\x00binary"]
+    for body in bodies:
+        nsqd.http_publish(nsq_topic, body)
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        await triggerer.until(lambda: len(triggerer.events) == 3)
+        # Every event handed over, none stored yet: all three still in flight.
+        c = await asyncio.to_thread(_channel, nsqd, nsq_topic)
+        assert (c["depth"], c["in_flight_count"]) == (0, 3)
+        assert await asyncio.to_thread(_finished, nsqd, nsq_topic) == 0
+
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 3)
+        await triggerer.stop_all()
+
+        payloads = triggerer.payloads()
+        assert sorted(decode_record_body(p) for p in payloads) == sorted(bodies)
+        for p in payloads:
+            assert set(p) == {
+                "id",
+                "body",
+                "body_encoding",
+                "attempts",
+                "timestamp",
+                "topic",
+                "channel",
+                "nsqd",
+            }
+            assert (p["topic"], p["channel"], p["attempts"]) == (nsq_topic, CHANNEL, 1)
+            assert p["nsqd"] == nsqd.tcp_address
+            json.dumps(p)
+        binary = next(p for p in payloads if p["body_encoding"] == "base64")
+        assert decode_record_body(binary) == b"\xff\x00binary"
+
+    asyncio.run(scenario())
+    assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
+
+
+def test_an_event_never_stored_is_requeued_and_delivered_again(nsqd, nsq_default, nsq_topic):
+    nsqd.http_publish(nsq_topic, b"lost in the database")
+
+    async def scenario() -> None:
+        # The store never confirms: Airflow's ack timeout fails the subscriber.
+        triggerer = Triggerer(ack_timeout=1.0)
+        triggerer.start(1, _trigger(nsq_topic, requeue_delay=0))
+        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.stop_all()
+
+    asyncio.run(scenario())
+    nsqd.wait_for(lambda: _channel(nsqd, nsq_topic)["depth"] == 1, 10)
+    (again,) = read(nsqd, nsq_topic, CHANNEL, count=1)
+    # REQ'd (attempts 2), maybe once more by the closing subscription if nsqd had already
+    # handed it back: either way it is on the channel again, not in flight.
+    assert again.body == b"lost in the database"
+    assert again.attempts >= 2
+
+
+def test_messages_waiting_to_be_stored_are_touched_not_redelivered(nsqd, monkeypatch, nsq_topic):
+    # A 2 s msg_timeout: the store below takes longer than that.
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?msg_timeout_ms=2000")
+    nsqd.http_publish(nsq_topic, b"slow store")
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        # 2.5 msg_timeouts with no answer but TOUCH: nsqd must not have timed it out.
+        await asyncio.sleep(5.0)
+        c = await asyncio.to_thread(_channel, nsqd, nsq_topic)
+        assert (c["timeout_count"], c["in_flight_count"]) == (0, 1)
+        assert len(triggerer.events) == 1
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 1)
+        await triggerer.stop_all()
+
+    asyncio.run(scenario())
+
+
+def test_rejected_messages_go_to_the_dead_letter_topic(nsqd, nsq_default, nsq_topic):
+    dead = f"{nsq_topic[:40]}_dead"
+    nsqd.create_channel(dead, "inspect")
+    for body in (b"ham 1", b"spam 1", b"ham 2", b"spam 2"):
+        nsqd.http_publish(nsq_topic, body)
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        trigger = _trigger(
+            nsq_topic,
+            message_filter="tests.airflow.event_filters.not_spam",
+            dead_letter_topic=dead,
+        )
+        triggerer.start(1, trigger)
+        await triggerer.until(lambda: len(triggerer.events) == 2)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 4)
+        await triggerer.stop_all()
+        assert sorted(p["body"] for p in triggerer.payloads()) == ["ham 1", "ham 2"]
+
+    asyncio.run(scenario())
+    assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
+    dead_letters = read(nsqd, dead, "inspect", count=2)
+    assert sorted(m.body for m in dead_letters) == [b"spam 1", b"spam 2"]
+
+
+def test_rejected_messages_without_a_dead_letter_topic_are_finished(nsqd, nsq_default, nsq_topic):
+    for body in (b"spam", b"ham"):
+        nsqd.http_publish(nsq_topic, body)
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        triggerer.start(
+            1, _trigger(nsq_topic, message_filter="tests.airflow.event_filters.not_spam")
+        )
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 2)
+        await triggerer.stop_all()
+        assert triggerer.payloads()[0]["body"] == "ham"
+
+    asyncio.run(scenario())
+
+
+def test_a_filter_that_raises_keeps_the_message(nsqd, nsq_default, nsq_topic):
+    nsqd.http_publish(nsq_topic, b"judge me")
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic, message_filter="tests.airflow.event_filters.broken"))
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic))
+        await triggerer.stop_all()
+
+    asyncio.run(scenario())
+
+
+def test_a_filter_that_cannot_be_imported_fails_the_trigger_and_keeps_the_message(
+    nsqd, nsq_default, nsq_topic
+):
+    nsqd.create_channel(nsq_topic, CHANNEL)
+    nsqd.http_publish(nsq_topic, b"waiting")
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        trigger = _trigger(
+            nsq_topic, message_filter="tests.airflow.no_such.filter", requeue_delay=0
+        )
+        triggerer.start(1, trigger)
+        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.stop_all()
+        assert "cannot be imported" in str(triggerer.failures[1])
+
+    asyncio.run(scenario())
+    # Whether or not the subscription took it before the trigger failed, it is back.
+    nsqd.wait_for(lambda: _channel(nsqd, nsq_topic)["depth"] == 1, 10)
+    assert not _channel(nsqd, nsq_topic)["clients"]
+
+
+def test_two_assets_share_one_subscription_and_both_must_store(nsqd, nsq_default, nsq_topic):
+    for body in (b"a", b"b"):
+        nsqd.http_publish(nsq_topic, body)
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        triggerer.start(2, _trigger(nsq_topic, max_in_flight=7))
+        await triggerer.until(
+            lambda: len(triggerer.payloads(1)) == 2 and len(triggerer.payloads(2)) == 2
+        )
+        c = await asyncio.to_thread(_channel, nsqd, nsq_topic)
+        assert len(c["clients"]) == 1  # one subscription, not two splitting the channel
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 2)
+        await triggerer.stop_all()
+
+    asyncio.run(scenario())
+
+
+def test_stopping_closes_the_subscription_and_requeues_unstored_messages(
+    nsqd, nsq_default, nsq_topic
+):
+    nsqd.http_publish(nsq_topic, b"in flight at shutdown")
+
+    async def scenario() -> None:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        await triggerer.stop_all()  # never stored: a graceful stop gives it back at once
+
+    asyncio.run(scenario())
+    nsqd.wait_for(lambda: not _channel(nsqd, nsq_topic)["clients"], 10)
+    (again,) = read(nsqd, nsq_topic, CHANNEL, count=1)
+    assert (again.body, again.attempts) == (b"in flight at shutdown", 2)
+
+
+def test_a_restarted_triggerer_gets_every_unfinished_message(nsqd, nsq_default, nsq_topic):
+    for n in range(5):
+        nsqd.http_publish(nsq_topic, f"m{n}".encode())
+
+    async def first_run() -> None:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        await triggerer.until(lambda: len(triggerer.events) == 5)
+        await triggerer.stop_all()
+
+    async def second_run() -> list[str]:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        await triggerer.until(lambda: len(triggerer.events) == 5)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic))
+        await triggerer.stop_all()
+        return sorted(p["body"] for p in triggerer.payloads())
+
+    asyncio.run(first_run())
+    assert asyncio.run(second_run()) == [f"m{n}" for n in range(5)]
+
+
+def test_a_restarted_nsqd_is_reconnected_and_the_stream_goes_on(nsqd_factory, monkeypatch):
+    first = nsqd_factory()
+    port, http_port = first.tcp_port, first.http_port
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{first.tcp_address}")
+    first.http_publish("orders", b"before the restart")
+
+    async def scenario() -> list[str]:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger("orders"))
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        # nsqd goes away with the message in flight (an in-memory broker forgets it).
+        await asyncio.to_thread(first.broker.stop)
+        second = await asyncio.to_thread(nsqd_factory, tcp_port=port, http_port=http_port)
+        await asyncio.to_thread(second.create_channel, "orders", CHANNEL)
+        await asyncio.to_thread(second.http_publish, "orders", b"after the restart")
+        await triggerer.until(lambda: len(triggerer.events) == 2)
+        triggerer.persist()  # the first FIN has no connection left: logged, not raised
+        await _until(second, lambda: _drained(second, "orders") and _finished(second, "orders"))
+        await triggerer.stop_all()
+        assert not triggerer.failures
+        return [p["body"] for p in triggerer.payloads()]
+
+    assert asyncio.run(scenario()) == ["before the restart", "after the restart"]
+
+
+def test_max_in_flight_above_nsqds_max_rdy_count_fails_with_its_name(nsqd_factory, monkeypatch):
+    small = nsqd_factory(max_rdy_count=10)
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{small.tcp_address}")
+
+    async def scenario() -> BaseException:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger("orders", max_in_flight=20))
+        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.stop_all()
+        return triggerer.failures[1]
+
+    failure = asyncio.run(scenario())
+    assert "max_in_flight=20" in str(failure)
+    assert "--max-rdy-count" in str(failure)
+
+
+# -- the pre-3.3 run() path --------------------------------------------------------------------
+
+
+def test_run_fires_one_event_per_message_and_finishes_it(nsqd, nsq_default, nsq_topic):
+    for body in (b"x", b"spam y", b"z"):
+        nsqd.http_publish(nsq_topic, body)
+    trigger = _trigger(nsq_topic, message_filter="tests.airflow.event_filters.not_spam")
+
+    async def scenario() -> list[dict[str, Any]]:
+        events = trigger.run()
+        payloads = [(await asyncio.wait_for(events.__anext__(), 15)).payload for _ in range(2)]
+        # The generator resumes (and FINs the second) when asked for the next event.
+        pending = asyncio.ensure_future(events.__anext__())
+        await _until(nsqd, lambda: _finished(nsqd, nsq_topic) == 3)
+        pending.cancel()
+        await asyncio.gather(pending, return_exceptions=True)
+        await events.aclose()
+        return payloads
+
+    payloads = asyncio.run(scenario())
+    assert [p["body"] for p in payloads] == ["x", "z"]
+    assert payloads[0]["nsqd"] == nsqd.tcp_address
+    nsqd.wait_for(lambda: _drained(nsqd, nsq_topic) and not _channel(nsqd, nsq_topic)["clients"])
+
+
+def test_run_cancelled_before_the_fin_requeues_the_message(nsqd, nsq_default, nsq_topic):
+    nsqd.http_publish(nsq_topic, b"handed over, not finished")
+
+    async def scenario() -> None:
+        events = _trigger(nsq_topic).run()
+        await asyncio.wait_for(events.__anext__(), 15)
+        await events.aclose()  # the triggerer cancelled it right after the yield
+
+    asyncio.run(scenario())
+    nsqd.wait_for(lambda: not _channel(nsqd, nsq_topic)["clients"], 10)
+    (again,) = read(nsqd, nsq_topic, CHANNEL, count=1)
+    assert again.attempts == 2
