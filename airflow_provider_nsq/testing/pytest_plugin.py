@@ -40,6 +40,7 @@ import pytest
 if TYPE_CHECKING:
     from .broker import EmbeddedNSQD
     from .certificates import TLSFiles
+    from .embedded_topology import EmbeddedTopology
     from .lookupd import EmbeddedNSQLookupd
     from .topology import NSQLookupdServer, NSQTopology
 
@@ -320,20 +321,15 @@ def nsq_topology() -> Iterator[Callable[..., NSQTopology]]:
     """
     from .topology import NSQTopology, registered_with
 
-    started: list[Any] = []  # EmbeddedNSQD / EmbeddedNSQLookupd, stopped in reverse
+    started: list[EmbeddedTopology] = []
 
     def factory(n: int = 2, **broker_options: Any) -> NSQTopology:
         if n < 1:
             raise ValueError(f"a topology needs at least one nsqd, got n={n}")
         lookupd = _external_lookupd()
         external_nsqds = _external_nsqds() if lookupd is not None else []
-        if lookupd is None:
-            from .lookupd import EmbeddedNSQLookupd
-
-            server = EmbeddedNSQLookupd().start()
-            started.append(server)
-            lookupd = _lookupd_for(server)
         if external_nsqds:
+            assert lookupd is not None
             if broker_options:
                 pytest.skip("needs embedded nsqds with custom flags")
             if len(external_nsqds) < n:
@@ -341,16 +337,21 @@ def nsq_topology() -> Iterator[Callable[..., NSQTopology]]:
                     f"needs {n} nsqds registered with NSQLOOKUPD_HTTP_ADDRESS: list them "
                     "in NSQD_ADDRESS (comma-separated)"
                 )
-            nsqds = external_nsqds[:n]
-            topology = NSQTopology(lookupd, nsqds, [None] * n)
+            topology = NSQTopology(lookupd, external_nsqds[:n], [None] * n)
         else:
-            from .broker import EmbeddedNSQD
+            from .embedded_topology import EmbeddedTopology
 
-            brokers = []
-            for _ in range(n):
-                broker = EmbeddedNSQD(lookupd_tcp_addresses=[lookupd.tcp_address], **broker_options)
-                started.append(broker.start())
-                brokers.append(broker)
+            embedded = EmbeddedTopology(
+                n,
+                lookupd_tcp_address=lookupd.tcp_address if lookupd is not None else None,
+                **broker_options,
+            )
+            started.append(embedded)
+            embedded.start()
+            if embedded.lookupd is not None:
+                lookupd = _lookupd_for(embedded.lookupd)
+            assert lookupd is not None
+            brokers = list(embedded.nsqds)
             topology = NSQTopology(lookupd, [_server_for(b) for b in brokers], list(brokers))
         wait_for(registered_with(lookupd, topology.nsqds), timeout=10)
         return topology
@@ -358,8 +359,8 @@ def nsq_topology() -> Iterator[Callable[..., NSQTopology]]:
     try:
         yield factory
     finally:
-        for item in reversed(started):
-            item.stop()
+        for embedded in reversed(started):
+            embedded.stop()
 
 
 _UNSAFE = re.compile(r"[^.a-zA-Z0-9_-]+")

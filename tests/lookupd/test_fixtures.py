@@ -96,3 +96,24 @@ def test_topology_passes_broker_options(nsq_topology: Callable[..., NSQTopology]
     assert topology.embedded
     broker = topology.brokers[0]
     assert broker is not None and broker.options.max_rdy_count == 7
+
+
+def test_embedded_topology_without_pytest(nsq_topic: str) -> None:
+    """What the demo and the benchmark use: no fixture, background threads."""
+    from airflow_provider_nsq.testing.embedded_topology import EmbeddedTopology
+
+    with EmbeddedTopology(n=2, max_rdy_count=50) as topology:
+        assert topology.lookupd is not None
+        for nsqd in topology.nsqds:
+            assert nsqd.options.max_rdy_count == 50
+            nsqd.publish(nsq_topic, b"event")
+        producers = topology.wait_for_producers(nsq_topic)
+        found = {f"{p['broadcast_address']}:{p['tcp_port']}" for p in producers}
+        assert found == set(topology.nsqd_tcp_addresses)
+        assert topology.lookupd_http_addresses == [topology.lookupd.http_address]
+        # Registered with another (e.g. a real) lookupd: no lookupd of its own.
+        with EmbeddedTopology(n=1, lookupd_tcp_address=topology.lookupd.tcp_address) as more:
+            assert more.lookupd is None
+            more.nsqds[0].publish(nsq_topic, b"event")
+            topology.wait_for_producers(nsq_topic, count=3)
+    assert topology.nsqds == [] and topology.lookupd is None

@@ -96,6 +96,11 @@ class Topology:
         )
         return response.status, response.body
 
+    def lookupd_channels(self, topic: str) -> list[str]:
+        return list(
+            json.loads(self.lookupd_request("GET", f"/channels?topic={topic}")[1])["channels"]
+        )
+
     def nsqd_post(self, name: str, target: str) -> None:
         nsqd = self.nsqds[name]
         response = http_request(
@@ -151,23 +156,16 @@ def topology(t: LookupdTranscript) -> Iterator[Topology]:
                 topo.nsqds[name] = stack.enter_context(
                     EmbeddedNSQD(lookupd_tcp_addresses=[lookupd.tcp_address])
                 )
-            # setup: as the recorder prepared them
+            # setup: as the recorder prepared them, one nsqd after the other (so, as
+            # recorded, nsqd_B pre-creates ch_a, which the lookupd knows by then)
             for name, channel in (("A", "ch_a"), ("B", "ch_b")):
                 topo.nsqd_post(name, "/pub?topic=lookup_topic")
                 topo.nsqd_post(name, f"/channel/create?topic=lookup_topic&channel={channel}")
+                wait_for(lambda c=channel: c in topo.lookupd_channels("lookup_topic"))
             wait_for(lambda: len(lookupd.producers("lookup_topic")) == 2)
             if any("second_topic" in line for line in t.data.get("setup", [])):
                 topo.nsqd_post("A", "/pub?topic=second_topic")
                 wait_for(lambda: lookupd.producers("second_topic"))
-            for channel in ("ch_a", "ch_b"):
-                wait_for(
-                    lambda c=channel: (
-                        c
-                        in json.loads(
-                            topo.lookupd_request("GET", "/channels?topic=lookup_topic")[1]
-                        )["channels"]
-                    )
-                )
         yield topo
 
 

@@ -229,19 +229,28 @@ class Replay:
             assert [c["depth"] for c in stats] == step["channel_depths"]
             return
         method, target = check.split(" ", 1)
-        response = http_request(
-            self.lookupd.host,
-            self.lookupd.http_port,
-            target,
-            method=method,
-            timeout=10,
-            headers=[("Accept", NSQ_V1_ACCEPT)],
-        )
-        assert response.status == step["status"], (check, response.body)
-        if "json" in step:
+        expected = with_ports(step.get("json"), self.t.ports, self.actual_ports())
+
+        def answer() -> tuple[int, Any]:
+            response = http_request(
+                self.lookupd.host,
+                self.lookupd.http_port,
+                target,
+                method=method,
+                timeout=10,
+                headers=[("Accept", NSQ_V1_ACCEPT)],
+            )
+            if "json" not in step:
+                return response.status, None
             mine = {c.server_address for c in self.proxy.connections}
-            expected = with_ports(step["json"], self.t.ports, self.actual_ports())
-            assert normalise(response.json(), mine) == normalise(expected), check
+            return response.status, normalise(response.json(), mine)
+
+        # A close reaches the lookupd's DB a moment after the proxy saw it: poll.
+        wanted = (step["status"], normalise(expected) if "json" in step else None)
+        deadline = time.monotonic() + 5
+        while (got := answer()) != wanted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == wanted, check
 
 
 @contextmanager
@@ -381,18 +390,21 @@ def test_inactive_producer_timeout_scaled() -> None:
     with replay(t, inactive_producer_timeout=timeout_ms) as r:
         r.broker_options = {"lookupd_ping_interval": ping_ms}
         r.act("start nsqd_A with --lookupd-tcp-address=127.0.0.1:<proxy>")
+        identified = time.monotonic()  # start() returns once IDENTIFY was answered
         r.act("nsqd_A: POST /pub?topic=inactive_topic (body 'hello')")
         r.proxy.wait_for(lambda: len(r.replies(0)) >= 2)  # IDENTIFY and REGISTER answered
-        start = time.monotonic()
         seen: list[tuple[float, bool]] = []
-        while time.monotonic() - start < (ping_ms + 1000) / 1000:
+        while time.monotonic() - identified < (ping_ms + 2000) / 1000:
             listed = bool(r.lookupd.producers("inactive_topic"))
             if not seen or seen[-1][1] != listed:
-                seen.append((time.monotonic() - start, listed))
-            if len(seen) == 3:
-                break
+                seen.append((time.monotonic() - identified, listed))
+            if len(seen) >= 2 and not seen[-2][1] and seen[-1][1]:
+                break  # hidden, then back
             time.sleep(0.02)
-        assert [listed for _, listed in seen] == [True, False, True], seen
-        assert seen[2][0] * 1000 >= ping_ms * 0.8  # back only with the PING
+        states = [listed for _, listed in seen]
+        # Listed until the timeout (unless this loaded machine polled too late to see
+        # it), hidden, then back with the first PING.
+        assert states in ([True, False, True], [False, True]), seen
+        assert seen[-1][0] * 1000 >= ping_ms * 0.8, seen
         commands = _commands_of(t, "conn1", r)
         r.expect_batch({"conn1": commands}, {})

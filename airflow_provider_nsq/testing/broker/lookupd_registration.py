@@ -134,7 +134,6 @@ class LookupdPeer:
         #: nsqlookupd's IDENTIFY reply, kept after a disconnect (as nsqd keeps it).
         self.info: LookupdInfo | None = None
         self.connected = False
-        self.registered = asyncio.Event()  # set while registrations are up to date
         self.first_attempt = asyncio.Event()  # set once registered, or failed to be
         self._queue: deque[bytes] = deque()
         self._wakeup = asyncio.Event()
@@ -173,7 +172,6 @@ class LookupdPeer:
         registers the broker's state as it is then."""
         if self.connected:
             self._queue.append(command)
-            self.registered.clear()
             self._wakeup.set()
 
     async def _run(self) -> None:
@@ -200,7 +198,6 @@ class LookupdPeer:
 
     def _drop_connection(self) -> None:
         self.connected = False
-        self.registered.clear()
         self._queue.clear()
         if self._protocol is not None:
             self._protocol.close()
@@ -234,7 +231,6 @@ class LookupdPeer:
         while not self._stopping:
             while self._queue:
                 await self._round_trip(protocol, self._queue.popleft())
-            self.registered.set()
             self.first_attempt.set()
             wait = next_ping - loop.time()
             if wait <= 0:
@@ -269,6 +265,9 @@ class LookupdRegistration:
         self.hostname = socket.gethostname()
         self.peers = [LookupdPeer(self, a) for a in options.lookupd_tcp_addresses]
         self._tasks: set[asyncio.Task[None]] = set()
+        # Topics whose channels are being pre-created -> (the topic, the channels created
+        # or deleted meanwhile: pre-creation must not bring back one deleted since).
+        self._precreating: dict[str, tuple[Topic, set[str]]] = {}
 
     async def start(self) -> None:
         """Connect to every lookupd; returns once each has the broker registered, or
@@ -282,12 +281,6 @@ class LookupdRegistration:
             task.cancel()
         for peer in self.peers:
             await peer.stop()
-
-    async def wait_registered(self, timeout: float) -> None:
-        """Until every lookupd has the broker's current registrations."""
-        await asyncio.wait_for(
-            asyncio.gather(*(peer.registered.wait() for peer in self.peers)), timeout
-        )
 
     # -- what nsqd tells a lookupd --------------------------------------------------
 
@@ -322,6 +315,7 @@ class LookupdRegistration:
         addresses = [a for p in self.peers if (a := p.http_address) is not None]
         if addresses:
             topic.hold()
+            self._precreating[topic.name] = (topic, set())
             task = asyncio.get_running_loop().create_task(self._precreate(topic, addresses))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -332,21 +326,34 @@ class LookupdRegistration:
             self._send(encode_unregister(topic.name, name))
 
     def channel_created(self, channel: Channel) -> None:
+        self._touched(channel)
         self._send(encode_register(channel.topic_name, channel.name))
 
     def channel_deleted(self, channel: Channel) -> None:
+        self._touched(channel)
         self._send(encode_unregister(channel.topic_name, channel.name))
+
+    def _touched(self, channel: Channel) -> None:
+        pending = self._precreating.get(channel.topic_name)
+        if pending is not None:
+            pending[1].add(channel.name)
 
     # -- channel pre-creation ---------------------------------------------------------
 
     async def _precreate(self, topic: Topic, addresses: list[tuple[str, int]]) -> None:
+        # nsqd does this before the publish that created the topic returns; here the
+        # publish has returned, so channels may have come and gone meanwhile: leave them.
+        touched = self._precreating[topic.name][1]
         try:
             names = await self._lookupd_channels(topic.name, addresses)
             if self.broker.topics.get(topic.name) is topic:
                 for name in names:
-                    if not is_ephemeral(name):  # nsqd: no ephemeral channel without consumer
+                    # nsqd creates no #ephemeral channel without a consumer.
+                    if not is_ephemeral(name) and name not in touched:
                         topic.get_channel(name)
         finally:
+            if self._precreating.get(topic.name, (None,))[0] is topic:
+                del self._precreating[topic.name]
             topic.release()
 
     async def _lookupd_channels(self, topic: str, addresses: list[tuple[str, int]]) -> list[str]:
