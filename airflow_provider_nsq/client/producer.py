@@ -72,6 +72,7 @@ class NSQProducer:
                 self.addresses.append(address)
                 self._configs[address] = self.config.replace(host=host, port=port)
         self._conn: NSQConnection | None = None
+        self._past_connects = 0  # of connections dropped already
 
     def __repr__(self) -> str:
         return f"<NSQProducer {', '.join(self.addresses)} using {self.address or 'none yet'}>"
@@ -81,6 +82,11 @@ class NSQProducer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    @property
+    def connects(self) -> int:
+        """TCP connections opened so far (reopens included)."""
+        return self._past_connects + (self._conn.connects if self._conn is not None else 0)
 
     @property
     def address(self) -> str | None:
@@ -96,8 +102,7 @@ class NSQProducer:
                 return conn
             except _UNREACHABLE as exc:
                 log.warning("nsqd at %s is unusable (%s): failing over", conn.config.address, exc)
-                conn.close()
-                self._conn = None
+                self._drop()
         failures: list[tuple[str, NSQError]] = []
         for address in self.addresses:
             conn = NSQConnection(self._configs[address])
@@ -117,7 +122,11 @@ class NSQProducer:
         )
 
     def close(self) -> None:
+        self._drop()
+
+    def _drop(self) -> None:
         if self._conn is not None:
+            self._past_connects += self._conn.connects
             self._conn.close()
             self._conn = None
 
@@ -128,8 +137,7 @@ class NSQProducer:
         except _UNREACHABLE as exc:
             if len(self.addresses) == 1:
                 raise  # nowhere to fail over to: the driver's error says it all
-            self._conn = None
-            conn.close()
+            self._drop()
             suffix = (
                 f"({command} was written to nsqd at {conn.config.address} and no OK came "
                 "back: the outcome is unknown, so it was not sent to another nsqd; a retry "
