@@ -62,7 +62,7 @@ from .blocking import NSQConnection
 from .config import ClientConfig
 from .lookupd import LookupdClient, Producer, parse_addresses
 from .message import NSQMessage
-from .ready import plan_ready
+from .ready import keep_within, plan_ready
 from .window import AckMode, Window, check_window, settle_window
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,9 @@ REBALANCE_INTERVAL_S = 0.1
 #: A connection that delivered nothing for this long is quiet: it keeps its share only
 #: while no other connection is busy.
 IDLE_AFTER_S = 0.25
+#: After a connection's RDY is lowered, what nsqd may already have sent it at the old RDY
+#: stays counted this long before it is given to another connection.
+SETTLE_S = 0.25
 #: With fewer spare RDY than connections, the turn moves on this often.
 ROTATE_INTERVAL_S = 1.0
 #: Backoff for an nsqd that could not be reached (first, longest), seconds.
@@ -102,6 +105,8 @@ class _Slot(Generic[Conn]):
     outstanding: list[NSQMessage] = field(default_factory=list)  # delivered, maybe unanswered
     draining: bool = False  # gone from nsqlookupd: RDY 0, closed once answered
     closing: bool = False  # CLS sent
+    reserved: int = 0  # the RDY before it was lowered: nsqd may still send that many ...
+    reserved_until: float = 0.0  # ... until about then
 
     def in_flight(self) -> int:
         """Messages delivered on this connection and not yet FIN'd or REQ'd, including
@@ -188,6 +193,7 @@ class ConsumerBase(Generic[Conn]):
         self._closed = False
         self._next_poll = 0.0
         self._next_rebalance = 0.0
+        self._next_maintenance = 0.0
         self._next_rotation = 0.0
         self._offset = 0
         self._shape: tuple[Any, ...] = ()  # what the last RDY plan was made for
@@ -224,20 +230,20 @@ class ConsumerBase(Generic[Conn]):
 
     def _by_connection(self, messages: Sequence[NSQMessage]) -> list[tuple[Any, list[NSQMessage]]]:
         groups: dict[int, tuple[Any, list[NSQMessage]]] = {}
-        lost = 0
         for m in messages:
-            conn = m._conn
-            if conn is None or not _alive(conn):
-                lost += 1
-                continue
-            groups.setdefault(id(conn), (conn, []))[1].append(m)
+            key = id(m._conn)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = (m._conn, [])
+            group[1].append(m)
+        lost = sum(len(ms) for conn, ms in groups.values() if not _alive(conn))
         if lost:
             log.warning(
                 "%s message(s) came on a connection that is gone: nsqd redelivers them "
                 "after its msg_timeout",
                 lost,
             )
-        return list(groups.values())
+        return [(conn, ms) for conn, ms in groups.values() if _alive(conn)]
 
     def finish(self, *messages: NSQMessage) -> None:
         """FIN messages, each on the connection that delivered it (one write per nsqd)."""
@@ -286,6 +292,14 @@ class ConsumerBase(Generic[Conn]):
             for a in targets
             if a not in self._slots and (retry_now or self._retry.get(a, (0.0, 0.0))[0] <= now)
         ]
+
+    def _maintenance_due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_maintenance:
+            return False
+        self._next_maintenance = now + REBALANCE_INTERVAL_S
+        self._next_rebalance = 0.0  # the re-plan below is part of it
+        return True
 
     def _poll_due(self) -> bool:
         return self.lookupd is not None and time.monotonic() >= self._next_poll
@@ -408,12 +422,19 @@ class ConsumerBase(Generic[Conn]):
         if rotate:
             self._offset += max(spare, 1)
             self._next_rotation = now + ROTATE_INTERVAL_S
-        shape = (self._budget, tuple(s.address for s in active), tuple(busy), self._offset)
+        settling = tuple(now < s.reserved_until for s in active)
+        shape = (
+            self._budget,
+            tuple(s.address for s in active),
+            tuple(busy),
+            settling,
+            self._offset,
+        )
         if shape == self._shape and not force:
             return
         self._shape = shape
         self._planned_at = now
-        counts = plan_ready(
+        planned = plan_ready(
             self._budget,
             in_flight,
             [s.limit for s in active],
@@ -421,10 +442,18 @@ class ConsumerBase(Generic[Conn]):
             self._offset,
             keep_one_each=self._streaming,
         )
+        committed = [
+            max(f, s.rdy, s.reserved if settle else 0)
+            for s, f, settle in zip(active, in_flight, settling, strict=True)
+        ]
+        counts = keep_within(self._budget, planned, committed)
         plan = {s.address: c for s, c in zip(active, counts, strict=True)}
         for slot in slots:
             want = plan.get(slot.address, 0)
             if want != slot.rdy:
+                if want < slot.rdy:
+                    slot.reserved = max(slot.rdy, slot.reserved if now < slot.reserved_until else 0)
+                    slot.reserved_until = now + SETTLE_S
                 try:
                     slot.conn.ready(want)
                     slot.rdy = want
@@ -634,7 +663,9 @@ class NSQConsumer(ConsumerBase[NSQConnection]):
 
     def _maintain(self) -> None:
         """Between waits of a long-lived consumer: re-poll nsqlookupd when due, reconnect,
-        close drained connections, re-plan RDY."""
+        close drained connections, re-plan RDY (at most every REBALANCE_INTERVAL_S)."""
+        if not self._maintenance_due():
+            return
         if self._poll_due():
             try:
                 self._discover()
@@ -716,10 +747,10 @@ class NSQConsumer(ConsumerBase[NSQConnection]):
         self._check_open(starting=False)
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
+            self._maintain()
             got = self._read_ready()
             if got:
                 return got
-            self._maintain()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self._read_ready()
@@ -858,6 +889,8 @@ class AsyncNSQConsumer(ConsumerBase[AsyncNSQConnection]):
             pass
 
     async def _maintain(self) -> None:
+        if not self._maintenance_due():
+            return
         if self._poll_due():
             try:
                 await self._discover()
@@ -926,10 +959,10 @@ class AsyncNSQConsumer(ConsumerBase[AsyncNSQConnection]):
         self._check_open(starting=False)
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
+            await self._maintain()
             got = self._read_ready()
             if got:
                 return got
-            await self._maintain()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return self._read_ready()

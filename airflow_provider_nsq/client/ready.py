@@ -17,7 +17,10 @@ the split follows where the messages are:
 - with fewer spare RDY than connections, they go one each in turn from the offset
   (callers advance it now and then, so every producer gets its turn; a window serves
   the busy ones first);
-- never above any nsqd's ``max_rdy_count`` (from its IDENTIFY response).
+- never above any nsqd's ``max_rdy_count`` (from its IDENTIFY response);
+- moving RDY from one connection to another takes two steps (:func:`keep_within`): nsqd
+  may already have sent a connection what its old RDY allowed, so what is taken away is
+  given to another only once that has had time to arrive.
 """
 
 from __future__ import annotations
@@ -63,11 +66,19 @@ def plan_ready(
     n = len(limits)
     if n == 0:
         return []
-    spare = budget - sum(max(f, 0) for f in in_flight)
+    held = [max(f, 0) for f in in_flight]
+    if budget <= 0:
+        return [0] * n  # paused
+    spare = budget - sum(held)
+    # What a connection holds stays counted: RDY is a cap on its messages in flight, so
+    # nsqd refills a connection by itself as its messages are answered.
+    counts = []
+    left = budget
+    for h, lim in zip(held, limits, strict=True):
+        counts.append(min(h, lim, left))
+        left -= counts[-1]
     if spare <= 0:
-        return [0] * n  # full (or the budget was lowered): no more deliveries anywhere
-    # What a connection holds stays counted: RDY is a cap on its messages in flight.
-    counts = [min(max(f, 0), lim) for f, lim in zip(in_flight, limits, strict=True)]
+        return counts  # full: no more deliveries until messages are answered
     order = [(offset + k) % n for k in range(n)]
     takers = [i for i in order if busy[i]]
     if spare < n:
@@ -88,4 +99,31 @@ def plan_ready(
                 spare -= 1
     spare = _spread(counts, limits, takers or order, spare)
     _spread(counts, limits, order, spare)  # what the takers' limits left over
+    return counts
+
+
+def keep_within(budget: int, planned: Sequence[int], committed: Sequence[int]) -> list[int]:
+    """``planned`` with its raises trimmed so that nothing nsqd may send exceeds ``budget``.
+
+    ``committed[i]`` is what connection ``i`` may still receive whatever its new RDY: what
+    it holds, and the RDY it had (nsqd may have sent up to that before it reads a lower
+    one; a lowered RDY stays committed for a while). A lowered connection frees its share
+    only for a later plan; a raise is kept only where the budget has room now. The largest
+    raises give way first.
+    """
+    counts = list(planned)
+    over = sum(max(c, k) for c, k in zip(counts, committed, strict=True)) - budget
+    if over <= 0:
+        return counts
+    raised = sorted(
+        (i for i, (c, k) in enumerate(zip(counts, committed, strict=True)) if c > k),
+        key=lambda i: counts[i] - committed[i],
+        reverse=True,
+    )
+    for i in raised:
+        take = min(over, counts[i] - committed[i])
+        counts[i] -= take
+        over -= take
+        if over == 0:
+            break
     return counts
