@@ -108,6 +108,14 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "Seconds to open the TCP connection and finish the handshake (default 5).",
         minimum=0,
     ),
+    "read_timeout": _field(
+        "Read timeout (s)",
+        "number",
+        "Seconds to wait for nsqd's answer to a command (a publish's OK) before failing "
+        "(default 30, at most 3600). Bounds what a frozen nsqd costs a task.",
+        minimum=0,
+        maximum=3600,
+    ),
     "http_port": _field(
         "nsqd HTTP port",
         "integer",

@@ -4,6 +4,12 @@ A Protocol rather than streams: bytes go straight from the transport into the de
 (no StreamReader copy), and ``loop.start_tls`` upgrades it in place on every supported
 Python. Replies are matched to waiting calls in order (a FIFO of futures), so several
 tasks may publish on one connection concurrently and their commands are pipelined.
+
+Concurrent publishers share one (re)connect: the first that finds the connection missing,
+dropped or idle starts it as a task, the others wait for that task, so a client never
+holds two connections at once. Each connection's protocol object is the only one whose
+bytes reach the core: a late reply on an old socket can never answer a command sent on
+the new one.
 """
 
 from __future__ import annotations
@@ -36,31 +42,41 @@ _RECV_SIZE = 256 * 1024
 
 
 class _Protocol(asyncio.BufferedProtocol):
-    """Reads into one buffer per connection (no allocation per read)."""
+    """Reads into one buffer per connection (no allocation per read). Once its owner has
+    moved on to another connection (``owner._protocol is not self``) it is deaf."""
 
     def __init__(self, owner: AsyncNSQConnection) -> None:
         self._owner = owner
         self._buffer = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buffer)
 
+    @property
+    def _current(self) -> bool:
+        return self._owner._protocol is self
+
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._owner._on_data(self._view[:nbytes])
+        if self._current:
+            self._owner._on_data(self._view[:nbytes])
 
     def eof_received(self) -> bool:
-        self._owner._on_data(b"")
+        if self._current:
+            self._owner._on_data(b"")
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._owner._on_lost(exc)
+        if self._current:
+            self._owner._on_lost(exc)
 
     def pause_writing(self) -> None:
-        self._owner._writable.clear()
+        if self._current:
+            self._owner._writable.clear()
 
     def resume_writing(self) -> None:
-        self._owner._writable.set()
+        if self._current:
+            self._owner._writable.set()
 
 
 class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
@@ -71,6 +87,8 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
     def __init__(self, config: ClientConfig | None = None) -> None:
         super().__init__(config)
         self._transport: asyncio.Transport | None = None
+        self._protocol: _Protocol | None = None  # the current connection's, see _Protocol
+        self._connecting: asyncio.Task[None] | None = None  # the one (re)connect under way
         self._waiters: deque[asyncio.Future[bytes]] = deque()
         self._handshake: asyncio.Future[None] | None = None
         self._message_event = asyncio.Event()
@@ -90,8 +108,40 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         await self.close()
 
     async def connect(self) -> AsyncNSQConnection:
-        """Open the connection and run the handshake within ``connect_timeout``."""
+        """Open the connection and run the handshake within ``connect_timeout`` (closing
+        the current one first). Tasks that call it, or publish, while it runs share it."""
+        await self._shared_connect()
+        return self
+
+    async def _shared_connect(self) -> None:
+        """Join the (re)connect under way, or start one as a task of its own: a caller that
+        is cancelled does not cancel it for the others."""
+        task = self._connecting
+        if task is None:
+            task = self._connecting = asyncio.ensure_future(self._connect())
+            task.add_done_callback(self._connect_done)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            cancelling = getattr(current, "cancelling", lambda: 0)()
+            if task.cancelled() and not cancelling:  # close() stopped it, not our caller
+                raise NSQConnectionClosedError(
+                    f"the connection to {self._peer} was closed by the client while connecting"
+                ) from None
+            raise
+
+    def _connect_done(self, task: asyncio.Task[None]) -> None:
+        if self._connecting is task:
+            self._connecting = None
+        if not task.cancelled():
+            task.exception()  # every waiter got it; do not log it as never retrieved
+
+    async def _connect(self) -> None:
+        had_transport = self._transport is not None
         self._teardown()
+        if had_transport:
+            await asyncio.sleep(0)  # let the old socket close before the new one opens
         cfg = self.config
         try:
             if hasattr(asyncio, "timeout"):  # 3.11+: no extra task, unlike wait_for
@@ -108,14 +158,22 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         except BaseException:
             self._teardown()
             raise
-        return self
 
     async def _open(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._handshake = loop.create_future()
-        with map_exceptions(self._peer, "connect to"):
-            transport, _ = await loop.create_connection(lambda: _Protocol(self), cfg.host, cfg.port)
+        protocol = self._protocol = _Protocol(self)
+        try:
+            with map_exceptions(self._peer, "connect to"):
+                transport, _ = await loop.create_connection(lambda: protocol, cfg.host, cfg.port)
+        except BaseException:
+            if self._protocol is protocol:
+                self._protocol = None
+            raise
+        if self._protocol is not protocol:  # torn down while connecting
+            transport.close()
+            raise NSQConnectionClosedError(f"the connection to {self._peer} was closed")
         self._transport = transport
         core = self._new_core()
         core.initiate()
@@ -123,7 +181,12 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         await self._handshake
 
     async def close(self) -> None:
-        """REQ messages still held unanswered, then close the transport."""
+        """REQ messages still held unanswered, then close the transport (and stop a
+        connect under way)."""
+        task = self._connecting
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
         self._requeue_unanswered()
         transport = self._transport
         self._teardown()
@@ -132,10 +195,16 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
 
     def _teardown(self) -> None:
         self._reset_state()
+        self._protocol = None  # the old socket's late bytes go nowhere
         if self._transport is not None:
             self._transport.close()
         self._transport = None
-        self._fail_waiters(NSQConnectionClosedError("the connection was closed by the client"))
+        closed = NSQConnectionClosedError("the connection was closed by the client")
+        self._fail_waiters(closed)
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.set_exception(closed)
+            self._handshake.exception()  # retrieved: the connect may be gone already
+        self._writable.set()  # a paused old transport must not hold up the next one
         self._flush_scheduled = False
 
     # -- transport callbacks -------------------------------------------------------
@@ -214,6 +283,9 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         if new_transport is None:  # pragma: no cover - only for a closing transport
             self._fail(NSQConnectionClosedError("connection closed during the TLS upgrade"))
             return
+        if self._core is not core:  # torn down during the upgrade
+            new_transport.close()
+            return
         self._transport = new_transport
         core.tls_established()
 
@@ -275,18 +347,24 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         return await self._await_reply(waiter)
 
     async def _publisher(self) -> ClientConnection:
+        """The core to publish on: the current connection when it is up, else the one
+        (re)connect shared by every task that publishes meanwhile."""
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
         core = self._core
         limit = self._idle_limit
         if (
-            core is not None
-            and core.state not in _CLOSED_STATES
+            self._connecting is None
+            and core is not None
+            and core.state is ConnectionState.READY
             and (limit is None or time.monotonic() - self._last_write < limit)
         ):
             return core
-        await self.connect()
-        return self._require_core()
+        await self._shared_connect()
+        core = self._require_core()
+        if core.state is not ConnectionState.READY:  # dropped again before our turn
+            raise self._closed_error(())
+        return core
 
     # -- publishing ----------------------------------------------------------------
 
@@ -335,6 +413,11 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
             if not self._messages and not self.connected:
                 raise self._closed_error(())
         return self._take_messages()
+
+    async def ping(self) -> None:
+        """See :meth:`NSQConnection.ping`."""
+        self._require_core().ping()
+        await self._request()
 
     async def start_close(self) -> None:
         """CLS and wait for CLOSE_WAIT."""

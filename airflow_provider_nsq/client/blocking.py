@@ -185,6 +185,13 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
                     break
         return self._take_messages()
 
+    def ping(self) -> None:
+        """One round trip that nsqd answers only if it accepts commands on this connection
+        (not subscribed yet); raises nsqd's refusal, e.g. ``E_INVALID cannot NOP in
+        current state (TLS required)``. See :meth:`ClientConnection.ping`."""
+        self._require_core().ping()
+        self._request("PING")
+
     def start_close(self) -> None:
         """CLS: nsqd stops delivering (RDY 0) and answers CLOSE_WAIT; messages already
         in flight can still be FIN'd or REQ'd. Returns after CLOSE_WAIT."""

@@ -8,19 +8,45 @@ from typing import Any
 from ..protocol.errors import NSQValueError
 
 
-def encode_body(value: Any) -> bytes:
-    """bytes as they are, str as UTF-8, dict/list as compact JSON (UTF-8)."""
+def encode_body(value: Any, what: str = "message") -> bytes:
+    """bytes as they are, str as UTF-8, dict/list as compact, strict JSON (UTF-8).
+
+    Strict means what every consumer can parse: no ``NaN`` or ``Infinity`` (Python's
+    json writes them; Go's encoding/json and most others refuse them), and text that
+    is valid UTF-8 (no lone surrogates). Anything else is an :class:`NSQValueError`
+    naming ``what`` (e.g. ``"message 3"`` in a batch), never a bare TypeError,
+    RecursionError or UnicodeEncodeError.
+    """
     if isinstance(value, bytes):
         return value
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, str):
-        return value.encode("utf-8")
+        return _utf8(value, what, "")
     if isinstance(value, (dict, list)):
         try:
-            return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise NSQValueError(f"message is not JSON-serialisable: {exc}") from None
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except RecursionError:
+            raise NSQValueError(
+                f"{what} is nested too deeply to be written as JSON; flatten it or send bytes"
+            ) from None
+        except ValueError as exc:
+            hint = " (JSON has no NaN or Infinity)" if "float" in str(exc) else ""
+            raise NSQValueError(f"{what} cannot be written as JSON: {exc}{hint}") from None
+        except TypeError as exc:
+            raise NSQValueError(f"{what} is not JSON-serialisable: {exc}") from None
+        return _utf8(text, what, " of its JSON text")
     raise NSQValueError(
-        f"message must be str, bytes, or a JSON-serialisable dict/list, got {type(value).__name__}"
+        f"{what} must be str, bytes, or a JSON-serialisable dict/list, got {type(value).__name__}"
     )
+
+
+def _utf8(text: str, what: str, where: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise NSQValueError(
+            f"{what} is not valid Unicode text: {bad!r} at position {exc.start}{where} is a "
+            "lone surrogate, which UTF-8 cannot encode; fix the text or send bytes"
+        ) from None

@@ -24,7 +24,7 @@ from ..client.producer import NSQProducer, nsqd_addresses
 from ..client.setting_values import parse_bool, parse_int, parse_seconds
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
-from ..protocol.errors import NSQAuthError, NSQError, NSQValueError
+from ..protocol.errors import NSQAuthError, NSQError, NSQServerError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
 from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
@@ -64,12 +64,17 @@ def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
     Strings are accepted for every type, because the URI form only has strings:
     ``tls=true``, ``deflate_level=6``.
     """
-    parse = _PARSERS.get(CONN_FIELDS[key]["schema"]["type"][0])
+    schema = CONN_FIELDS[key]["schema"]
+    parse = _PARSERS.get(schema["type"][0])
     if parse is not None:
         try:
-            return parse(value)
+            value = parse(value)
         except NSQValueError as exc:
             raise _bad(conn_id, key, str(exc)) from None
+        maximum = schema.get("maximum")
+        if schema["type"][0] == "number" and maximum is not None and value > maximum:
+            raise _bad(conn_id, key, f"must be at most {maximum:g} seconds, got {value!r}")
+        return value
     if key in _ADDRESS_LISTS:
         try:
             addresses = parse_addresses(value, key)
@@ -462,11 +467,15 @@ class NSQHook(BaseHook):
         :return: ``{"topic", "messages": <count>, "bytes": <total body size>}``.
         """
         validate_topic_name(topic)
-        if isinstance(messages, (str, bytes, dict)):
+        if isinstance(messages, (str, bytes, bytearray, memoryview, dict)):
             raise NSQValueError(
                 f"messages must be a list of messages, got a single {type(messages).__name__}"
             )
-        bodies = [encode_body(m) for m in messages]
+        if not isinstance(messages, Iterable):
+            raise NSQValueError(
+                f"messages must be a list of messages, got {type(messages).__name__}"
+            )
+        bodies = [encode_body(m, f"message {i}") for i, m in enumerate(messages)]
         if not bodies:
             raise NSQValueError("multi_publish needs at least one message")
         total = sum(map(len, bodies))
@@ -621,19 +630,34 @@ class NSQHook(BaseHook):
     # -- the connection form's Test button -----------------------------------------
 
     def test_connection(self) -> tuple[bool, str]:
-        """Connect, run the handshake (TLS, compression, AUTH) and report nsqd's version.
+        """Connect, run the handshake (TLS, compression, AUTH), check that nsqd then
+        accepts commands as it will for a task, and report nsqd's version.
 
-        Never raises; never shows the AUTH secret. Bounded by the connection's
-        ``connect_timeout`` (at most 10 s).
+        The check is a round trip nsqd refuses where a task's PUB or SUB would be refused
+        on the same grounds (e.g. ``--tls-required`` with ``tls`` off): a handshake alone
+        succeeds there. Never raises; never shows the AUTH secret. Bounded by the
+        connection's ``connect_timeout`` and ``read_timeout`` (at most 10 s each).
         """
         secret: str | None = None
         try:
             config = self.get_client_config()
             secret = config.auth_secret
             config = config.replace(
-                connect_timeout=min(config.connect_timeout, _TEST_CONNECTION_TIMEOUT_S)
+                connect_timeout=min(config.connect_timeout, _TEST_CONNECTION_TIMEOUT_S),
+                read_timeout=min(config.read_timeout, _TEST_CONNECTION_TIMEOUT_S),
             )
             with NSQConnection(config) as conn:
+                try:
+                    conn.ping()
+                except NSQServerError as exc:
+                    hint = ""
+                    if "TLS required" in exc.description:
+                        hint = "; nsqd requires TLS: turn on the connection's tls extra"
+                    return False, _scrub(
+                        f"nsqd at {config.address} completed the handshake but refuses "
+                        f"commands: {exc}{hint}",
+                        secret,
+                    )
                 info = conn.server_info
                 version = info.get("version", "(version unknown: feature negotiation is off)")
                 auth = conn.auth_info

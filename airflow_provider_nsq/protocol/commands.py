@@ -8,7 +8,6 @@ clear error before anything is written instead of a fatal error frame afterwards
 
 from __future__ import annotations
 
-import functools
 import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,10 +30,19 @@ NOP = b"NOP\n"
 CLS = b"CLS\n"
 
 
-@functools.lru_cache(maxsize=4096)
+_TOPICS: dict[str, bytes] = {}
+
+
 def encode_topic(topic: str) -> bytes:
-    """A validated topic, encoded (cached: publishers reuse a handful of topics)."""
-    return validate_topic_name(topic).encode()
+    """A validated topic, encoded (cached: publishers reuse a handful of topics). Anything
+    but a valid name, unhashable values included, is an :class:`NSQValueError`."""
+    try:
+        return _TOPICS[topic]
+    except (KeyError, TypeError):
+        name = validate_topic_name(topic).encode()
+        if len(_TOPICS) < 4096:
+            _TOPICS[topic] = name
+        return name
 
 
 def _check_body(body: object, max_msg_size: int, what: str = "message") -> bytes:
@@ -63,7 +71,7 @@ def check_delay_ms(delay_ms: object, max_delay_ms: int, what: str = "DPUB delay"
 
 
 def _check_id(message_id: bytes) -> bytes:
-    if len(message_id) != MESSAGE_ID_LENGTH:
+    if not isinstance(message_id, bytes) or len(message_id) != MESSAGE_ID_LENGTH:
         raise NSQValueError(
             f"message id must be {MESSAGE_ID_LENGTH} bytes as nsqd sent it, got {message_id!r}"
         )
@@ -158,6 +166,8 @@ def encode_mpub(
 ) -> bytes:
     """One MPUB frame. Use :func:`split_mpub` first when the batch may exceed a limit."""
     name = encode_topic(topic)
+    if isinstance(bodies, (bytes, str)) or not isinstance(bodies, Sequence):
+        raise NSQValueError(f"MPUB messages must be a list of bodies, got {type(bodies).__name__}")
     if not bodies:
         raise NSQValueError("MPUB needs at least one message")
     bodies = _checked_bodies(bodies, max_msg_size, "MPUB message")
@@ -203,7 +213,17 @@ def split_mpub(
     Every body is checked first (non-empty, at most ``max_msg_size``, and small enough to
     travel alone in an MPUB), so a bad message is reported before any batch is sent.
     """
-    items = bodies if isinstance(bodies, list) else list(bodies)
+    if isinstance(bodies, list):
+        items = bodies
+    elif isinstance(bodies, (bytes, bytearray, memoryview, str)) or not isinstance(
+        bodies, Iterable
+    ):
+        raise NSQValueError(
+            f"MPUB messages must be a list of bodies, got {type(bodies).__name__}"
+            + (" (a single message)" if isinstance(bodies, (bytes, str)) else "")
+        )
+    else:
+        items = list(bodies)
     items = list(_checked_bodies(items, max_msg_size, "message"))
     if not items:
         return []

@@ -79,7 +79,11 @@ _ALLOWED: dict[str, frozenset[ConnectionState]] = {
     "MPUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
     "DPUB": frozenset({_READY, _SUBSCRIBED, _CLOSING}),
     "NOP": frozenset({_HANDSHAKING, _READY, _SUBSCRIBED, _CLOSING}),
+    "PING": frozenset({_READY}),  # its IDENTIFY is refused once subscribed
 }
+
+# IDENTIFY fields that negotiate an upgrade: a ping's IDENTIFY leaves them out.
+_UPGRADE_FIELDS = frozenset({"feature_negotiation", "tls_v1", "snappy", "deflate", "deflate_level"})
 
 
 # Events. Messages are delivered as the Message objects themselves (the hot path).
@@ -130,6 +134,10 @@ Event = Reply | CommandFailed | ServerWarning | Heartbeat | StartTLS | Connectio
 
 HEARTBEAT_EVENT = Heartbeat()
 
+# Decompressed bytes taken per step (more when one frame needs more): bounds what a
+# compressed bomb can make the core hold beyond one frame (issue: "decompression bombs").
+_INFLATE_STEP = 128 * 1024
+
 # Replies the handshake consumes itself; drivers match only the others to callers.
 HANDSHAKE_REPLIES = frozenset({"IDENTIFY", "TLS", "SNAPPY", "DEFLATE", "AUTH"})
 
@@ -163,6 +171,7 @@ class ClientConnection:
         self._pending: deque[str] = deque()
         self._eof = False
         self._awaiting_tls = False
+        self._answered_heartbeat = False
         self.state = _NEW
         self.server_info: dict[str, Any] = {}
         self.auth_info: dict[str, Any] | None = None
@@ -261,6 +270,10 @@ class ClientConnection:
             value = json.loads(data)
         except ValueError:
             raise NSQProtocolError(f"{command} response is not JSON: {data[:80]!r}") from None
+        except RecursionError:
+            raise NSQProtocolError(
+                f"{command} response is JSON nested too deeply to be nsqd's: {data[:80]!r}"
+            ) from None
         if not isinstance(value, dict):
             raise NSQProtocolError(f"{command} response is not a JSON object: {data[:80]!r}")
         return value
@@ -309,7 +322,7 @@ class ClientConnection:
         self.compression = codec.name
         self._pending.append(command)
         if leftover:
-            self._decoder.feed(codec.decompress(leftover))
+            codec.feed(leftover)  # inflated a step at a time by events()
 
     def _start_auth(self) -> None:
         if self.server_info.get("auth_required"):
@@ -383,6 +396,16 @@ class ClientConnection:
         self._check("NOP")
         self._queue(commands.NOP)
 
+    def ping(self) -> None:
+        """A round trip that shows nsqd accepts commands on this connection: ``NOP`` (which
+        nsqd refuses, fatally, when it requires TLS and the connection has none), then an
+        IDENTIFY that repeats this connection's settings without any upgrade, which nsqd
+        answers ``OK``. The reply is matched as ``PING``; a refusal fails it."""
+        self._check("PING")
+        fields = {k: v for k, v in (self._identify or {}).items() if k not in _UPGRADE_FIELDS}
+        self._queue(commands.NOP)
+        self._queue(commands.encode_identify(fields), "PING")
+
     def cls(self) -> None:
         self._check("CLS")
         self._queue(commands.CLS, "CLS")
@@ -413,23 +436,53 @@ class ClientConnection:
         if self.state is _CLOSED or self.state is _FAILED:
             return
         if self._codec is not None:
-            data = self._codec.decompress(data)
-        self._decoder.feed(data)
+            self._codec.feed(data)  # inflated a step at a time by events()
+        else:
+            self._decoder.feed(data)
 
     def events(self) -> list[Event]:
         """Every event the received bytes complete, in order."""
         out: list[Event] = []
+        self._answered_heartbeat = False
         try:
-            if self.state is _HANDSHAKING:
-                self._handshake_events(out)
-            if self.state is not _HANDSHAKING and self.state is not _FAILED:
-                self._steady_events(self._decoder.frames(), out)
+            while True:
+                if self.state is _HANDSHAKING:
+                    self._handshake_events(out)
+                if self.state is not _HANDSHAKING and self.state is not _FAILED:
+                    self._steady_events(self._decoder.frames(), out)
+                if not self._inflate():
+                    break
         except (NSQProtocolError, NSQTLSError, NSQAuthError) as exc:
             self._fail(exc)
             raise
         if self._eof:
             out.extend(self._closed_event())
         return out
+
+    def _inflate(self) -> bool:
+        """Decompress pending input into the decoder, a bounded step at a time, until it
+        holds one whole frame or the input runs out; True if it got bytes.
+
+        The frame-size limit is checked between steps, so a compressed bomb is refused
+        after at most one step past a frame header, never inflated whole first.
+        """
+        codec = self._codec
+        if codec is None or self.state is _FAILED or not codec.pending:
+            return False
+        decoder = self._decoder
+        grew = False
+        while codec.pending:
+            needed = decoder.needed()  # raises as soon as a bad frame size is visible
+            if not needed:
+                break
+            data = codec.read(max(needed, _INFLATE_STEP))
+            if not data:
+                break
+            decoder.feed(data)
+            grew = True
+        if grew:
+            decoder.needed()
+        return grew
 
     def messages_and_events(self) -> tuple[list[Message], list[Event]]:
         """:meth:`events`, with the messages in a list of their own (the consumer's fast
@@ -446,10 +499,16 @@ class ClientConnection:
                 [e for e in events if not isinstance(e, msg_class)],
             )
         out: list[Event] = []
+        self._answered_heartbeat = False
         try:
             messages, others = self._decoder.split_frames()
             if others:
                 self._steady_events(others, out)
+            while self._inflate():
+                more, others = self._decoder.split_frames()
+                messages += more
+                if others:
+                    self._steady_events(others, out)
         except NSQProtocolError as exc:
             self._fail(exc)
             raise
@@ -481,8 +540,7 @@ class ClientConnection:
                 return
             if isinstance(frame, ResponseFrame):
                 if frame.data == HEARTBEAT:
-                    self._queue(commands.NOP)
-                    out.append(HEARTBEAT_EVENT)
+                    self._on_heartbeat(out)
                     continue
                 command = self._pop_pending(frame.data)
                 out.append(Reply(command, frame.data))
@@ -493,6 +551,14 @@ class ClientConnection:
                 self._on_error(frame, out)
             else:
                 raise NSQProtocolError("message frame received during the handshake")
+
+    def _on_heartbeat(self, out: list[Event]) -> None:
+        # One NOP answers any number of heartbeats read at once: nsqd only needs to hear
+        # from us, and a flood of them (cheap to send compressed) must not queue a NOP each.
+        if not self._answered_heartbeat:
+            self._answered_heartbeat = True
+            self._queue(commands.NOP)
+            out.append(HEARTBEAT_EVENT)
 
     def _pop_pending(self, data: bytes) -> str:
         try:
@@ -522,8 +588,7 @@ class ClientConnection:
             elif cls is ResponseFrame:
                 data = frame.data
                 if data == HEARTBEAT:
-                    self._queue(commands.NOP)
-                    append(HEARTBEAT_EVENT)
+                    self._on_heartbeat(out)
                     continue
                 command = self._pop_pending(data)
                 if command == "CLS" and data != CLOSE_WAIT:

@@ -154,6 +154,18 @@ class FrameDecoder:
         """Bytes received but not yet decoded into a frame."""
         return len(self._buf)
 
+    def needed(self) -> int:
+        """Bytes still missing for the next whole frame (0: one is buffered). Raises
+        :class:`NSQProtocolError` as soon as the next frame's size header is invalid, so
+        a caller can stop feeding (e.g. inflating) before the frame's body arrives."""
+        buf = self._buf
+        if len(buf) < FRAME_HEADER_SIZE:
+            return FRAME_HEADER_SIZE - len(buf)
+        size, _ = _FRAME_HEADER.unpack_from(buf, 0)
+        if size > self.max_frame_size or size < 4:
+            raise _bad_size(size, self.max_frame_size)
+        return max(0, 4 + size - len(buf))
+
     def take_buffered(self) -> bytes:
         """Remove and return the undecoded bytes (used when the stream changes encoding)."""
         data = bytes(self._buf)

@@ -159,7 +159,7 @@ def query_authd(
             # nsqd's convention: 403 {"https_port": N} means "ask me over HTTPS".
             try:
                 port = json.loads(body)["https_port"]
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 raise AuthFailed(
                     f"failed to auth against {address} - got response 403 {body[:200]!r}"
                 ) from None
@@ -173,7 +173,7 @@ def query_authd(
             raise AuthFailed(f"failed to auth against {address} - got response {status}")
         try:
             doc = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise AuthFailed(f"failed to auth against {address} - {exc}") from None
         return parse_auth_response(doc)
 

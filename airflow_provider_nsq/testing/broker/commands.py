@@ -153,6 +153,9 @@ def _ask_authorizer(session: ClientSession) -> Generator[Any, Any, AuthState]:
     except AuthFailed as exc:
         log.warning("[%s] AUTH failed %s", session, exc)
         raise ClientError("E_AUTH_FAILED", "AUTH failed") from None
+    except Exception as exc:  # an answer no one foresaw: nsqd's reply is the same
+        log.warning("[%s] AUTH failed: unusable answer (%s)", session, type(exc).__name__)
+        raise ClientError("E_AUTH_FAILED", "AUTH failed") from None
     session.auth_state = state
     return state
 

@@ -65,7 +65,7 @@ def _reject_constant(name: str) -> Any:
 def decode_identify(body: bytes) -> IdentifyData:
     try:
         doc = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise _bad_json() from None
     data = IdentifyData()
     if doc is None:  # Go: unmarshalling null into a struct is a no-op

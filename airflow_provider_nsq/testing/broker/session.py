@@ -143,9 +143,11 @@ class ClientSession(asyncio.Protocol):
         if self._decompress is not None:
             try:
                 data = self._decompress(data)
-            except Exception as exc:
+            except NSQProtocolError as exc:
                 log.info("[%s] failed to read command - %s", self, exc)
-                self.close_connection()
+                # nsqd's snappy reader stops at the bad chunk header and leaves the rest
+                # unread in the socket (its kernel then resets); flate reads it all.
+                self.close_connection(reset=self.compression == "snappy")
                 return
         reader = self.reader
         reader.feed(data)
@@ -155,8 +157,11 @@ class ClientSession(asyncio.Protocol):
                 return
             if not magic:
                 log.info("client(%s) bad protocol magic", self)
-                # nsqd read only the 4 bytes: a clean close, never an RST, for this.
-                self._fatal(ClientError("E_BAD_PROTOCOL"), reset=False)
+                # nsqd reads only the 4 bytes and closes: a clean close when nothing
+                # followed them, a reset (its kernel's) when more had arrived.
+                self.out.add(encode_error("E_BAD_PROTOCOL", ""))
+                self.flush()
+                self.close_connection(reset=reader.buffered > 0)
                 return
             self._magic_ok = True
         self._process()
@@ -337,8 +342,9 @@ class ClientSession(asyncio.Protocol):
     def _fatal(self, err: ClientError, reset: bool = True) -> None:
         self.out.add(encode_error(err.code, err.text))
         self.flush()
-        # More unread than nsqd's read buffer holds: its kernel answers with an RST.
-        self.close_connection(reset=reset and self.reader.unread > READ_BUFFER_SIZE)
+        # More unread than nsqd's read buffer holds: its kernel answers with an RST. Not
+        # counting a body already read: refused after reading it, nsqd closes cleanly.
+        self.close_connection(reset=reset and self.reader.buffered > READ_BUFFER_SIZE)
 
     def flush(self) -> None:
         self._need_flush = False
@@ -490,7 +496,16 @@ class ClientSession(asyncio.Protocol):
         self._decompress = codec.decompress
         self.compression = kind
         if rest:
-            self.reader.feed(codec.decompress(rest))
+            try:
+                self.reader.feed(codec.decompress(rest))
+            except NSQProtocolError as exc:
+                # Bytes pipelined behind IDENTIFY that do not decode: nsqd would never
+                # have read them (it swaps its reader and drops what it had buffered),
+                # so drop them and read on from a fresh decoder, keeping the connection.
+                log.info("[%s] dropped %d undecodable bytes sent before the %s upgrade: %s",
+                         self, len(rest), kind, exc)  # fmt: skip
+                fresh = SnappyCodec() if kind == "snappy" else DeflateCodec(level)
+                self._decompress = fresh.decompress
 
     @property
     def compressed(self) -> bool:
