@@ -275,7 +275,10 @@ class ConsumerBase(Generic[Conn]):
             interval = min(interval, EMPTY_POLL_INTERVAL_S)
         self._next_poll = time.monotonic() + interval
         for address, slot in self._slots.items():
-            if address not in self._wanted and not slot.draining:
+            if address in self._wanted and slot.draining:
+                slot.draining = False  # listed again before it was closed
+                self._shape = ()
+            elif address not in self._wanted and not slot.draining:
                 log.info(
                     "nsqd at %s no longer has %s (nsqlookupd): reading from it stops",
                     address,
