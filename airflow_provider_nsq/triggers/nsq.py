@@ -12,6 +12,11 @@ once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough. Eac
 costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
 growing pause.
 
+When the connection names nsqlookupds or several nsqds, both checks cover every nsqd that
+has the topic: the HTTP depth is summed over the producers nsqlookupd lists, and the TCP
+peek holds ``min_messages`` across all of them (one
+:class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`).
+
 Every wait is bounded: past ``deadline`` the trigger fires ``{"status": "timeout"}``
 itself, so the sensor's timeout holds even where the triggerer's own timeout is not
 applied (``dag.test()`` runs triggers inline without one).
