@@ -92,7 +92,15 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     "lookupd_http_addresses": _field(
         "nsqlookupd HTTP addresses",
         "string",
-        "Comma-separated host:port list of nsqlookupd HTTP endpoints (for discovery).",
+        "Comma-separated host:port list of nsqlookupd HTTP endpoints. When set, consumers "
+        "(consume, the sensor, the triggers) read the topic from every nsqd they list.",
+    ),
+    "nsqd_tcp_addresses": _field(
+        "More nsqd TCP addresses",
+        "string",
+        "Comma-separated host:port list of more nsqds, after host:port above. Publishing "
+        "fails over to the next one that accepts a connection; without nsqlookupd, "
+        "consumers read from all of them.",
     ),
     "connect_timeout": _field(
         "Connect timeout (s)",
@@ -154,6 +162,7 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
         "tls_ca_file": "/etc/ssl/nsq/ca.pem",
         "compression": "none",
         "lookupd_http_addresses": "lookupd-1:4161,lookupd-2:4161",
+        "nsqd_tcp_addresses": "nsqd-2:4150,nsqd-3:4150",
     },
 }
 

@@ -125,6 +125,8 @@ def run_worker(name: str, spec_json: str, out_path: str) -> None:
             counts=spec["counts"],
             warmups=spec["warmups"],
             broker_pid=spec["broker_pid"],
+            nsqds=spec.get("nsqds", []),
+            lookupd=spec.get("lookupd"),
             run_id=spec["run_id"],
             client=name,
             workload=workload,
@@ -205,17 +207,27 @@ def wait_listening(host: str, port: int, proc: subprocess.Popen | None, timeout:
 
 class Server:
     """Where the workers connect: a real nsqd (``NSQD_ADDRESS``), or a process started
-    fresh for each client: the embedded broker, or the null nsqd (``--server null``)."""
+    fresh for each client: the embedded broker, or the null nsqd (``--server null``).
+
+    A client that reads a topology (``ClientInfo.nsqds > 1``) gets an embedded
+    nsqlookupd and that many embedded brokers registered with it, each its own process;
+    or, with ``NSQLOOKUPD_HTTP_ADDRESS``, that real lookupd and the nsqds listed in
+    ``NSQD_ADDRESS`` (comma-separated, registered with it).
+    """
 
     def __init__(self, kind: str = "embedded") -> None:
-        address = os.environ.get("NSQD_ADDRESS")
-        self.external = bool(address)
-        self.kind = "nsqd" if address else kind
-        self.http_address = os.environ.get("NSQD_HTTP_ADDRESS")
+        addresses = [a.strip() for a in os.environ.get("NSQD_ADDRESS", "").split(",") if a]
+        self.external = bool(addresses)
+        self.kind = "nsqd" if addresses else kind
+        self.http_address = os.environ.get("NSQD_HTTP_ADDRESS", "").split(",")[0] or None
         self.host, self.port = "127.0.0.1", 0
-        if address:
-            host, _, port = address.rpartition(":")
+        self.external_nsqds = addresses
+        self.external_lookupd = os.environ.get("NSQLOOKUPD_HTTP_ADDRESS") or None
+        if addresses:
+            host, _, port = addresses[0].rpartition(":")
             self.host, self.port = host or "127.0.0.1", int(port)
+        self.nsqds: list[str] = []  # a topology's nsqds (TCP host:port)
+        self.lookupd: str | None = None  # a topology's lookupd (HTTP host:port)
         self.proc: subprocess.Popen | None = None
 
     def describe(self) -> str:
@@ -226,9 +238,13 @@ class Server:
         return "embedded broker (python -m airflow_provider_nsq.testing.broker), fresh per client"
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[int | None]:
+    def running(self, nsqds: int = 1) -> Iterator[int | list[int] | None]:
         """Yield the broker's pid (for an external nsqd: ``NSQD_PID`` if set, else None,
-        and its CPU is not read)."""
+        and its CPU is not read); for a topology, every broker's pid."""
+        if nsqds > 1:
+            with self._topology(nsqds) as pids:
+                yield pids
+            return
         if self.external:
             wait_listening(self.host, self.port, None, 5)
             # nsqd's CPU column needs its pid, when it runs on this machine.
@@ -242,26 +258,66 @@ class Server:
         else:
             cmd = [sys.executable, "-m", "airflow_provider_nsq.testing.broker"]
             cmd += ["--tcp-port", str(self.port), "--http-port", str(http_port)]
+        with self._process(cmd, self.port) as proc:
+            self.proc = proc
+            try:
+                yield proc.pid
+            finally:
+                self.proc = None
+
+    @contextlib.contextmanager
+    def _topology(self, n: int) -> Iterator[list[int] | None]:
+        if self.external:
+            if not self.external_lookupd or len(self.external_nsqds) < n:
+                raise RuntimeError(
+                    f"a topology row needs NSQLOOKUPD_HTTP_ADDRESS and {n} nsqds registered "
+                    "with it in NSQD_ADDRESS (comma-separated)"
+                )
+            self.nsqds, self.lookupd = self.external_nsqds[:n], self.external_lookupd
+            yield None
+            return
+        if self.kind == "null":
+            raise RuntimeError("the null nsqd does not register with nsqlookupd")
+        lookupd_tcp, lookupd_http, *ports = free_ports(2 + 2 * n)
+        lookupd_cmd = [sys.executable, "-m", "airflow_provider_nsq.testing.lookupd"]
+        lookupd_cmd += ["--tcp-port", str(lookupd_tcp), "--http-port", str(lookupd_http)]
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._process(lookupd_cmd, lookupd_http))
+            pids = []
+            for i in range(n):
+                tcp, http = ports[2 * i], ports[2 * i + 1]
+                cmd = [sys.executable, "-m", "airflow_provider_nsq.testing.broker"]
+                cmd += ["--tcp-port", str(tcp), "--http-port", str(http)]
+                cmd += ["--lookupd-tcp-address", f"127.0.0.1:{lookupd_tcp}"]
+                pids.append(stack.enter_context(self._process(cmd, tcp)).pid)
+            self.nsqds = [f"127.0.0.1:{ports[2 * i]}" for i in range(n)]
+            self.lookupd = f"127.0.0.1:{lookupd_http}"
+            self.host, self.port = "127.0.0.1", ports[0]
+            try:
+                yield pids
+            finally:
+                self.nsqds, self.lookupd = [], None
+
+    @contextlib.contextmanager
+    def _process(self, cmd: list[str], port: int) -> Iterator[subprocess.Popen]:
+        """Run ``cmd`` until the block ends; wait until it listens on ``port``."""
         with tempfile.TemporaryFile() as log:
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT
-            )
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=ROOT)
             try:
                 try:
-                    wait_listening(self.host, self.port, self.proc, 30)
+                    wait_listening(self.host, port, proc, 30)
                 except RuntimeError as exc:
                     log.seek(0)
                     tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
                     raise RuntimeError(f"{exc}: {' | '.join(tail)}") from None
-                yield self.proc.pid
+                yield proc
             finally:
-                self.proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
                 try:
-                    self.proc.wait(10)
+                    proc.wait(10)
                 except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-                self.proc = None
+                    proc.kill()
+                    proc.wait()
 
     def delete_topics(self, names: list[str]) -> None:
         # A real nsqd keeps what we published; its HTTP API drops it again.
@@ -379,8 +435,15 @@ def measure(
 ) -> list[dict[str, Any]]:
     """One client's rows, on a fresh embedded broker (or the external nsqd)."""
     try:
-        with server.running() as broker_pid:
-            spec = {**spec, "host": server.host, "port": server.port, "broker_pid": broker_pid}
+        with server.running(client.nsqds) as broker_pid:
+            spec = {
+                **spec,
+                "host": server.host,
+                "port": server.port,
+                "broker_pid": broker_pid,
+                "nsqds": server.nsqds,
+                "lookupd": server.lookupd,
+            }
             return run_client(client, python, server, spec, timeout, airflow_home)
     except RuntimeError as exc:  # the broker did not start
         return [

@@ -3,8 +3,10 @@
 Two DAGs:
 
 ``nsq_pipeline_events_producer``
-    publishes ``event_count`` synthetic pipeline events (JSON) to ``events_topic`` with
-    one MPUB.
+    publishes ``event_count`` synthetic pipeline events (JSON) to ``events_topic``, dealt
+    round robin over the connections in ``nsq_conn_ids`` (one MPUB each): with one
+    connection per nsqd, the events are spread over several nsqds, as NSQ is deployed
+    (every producing host publishes to its own nsqd).
 
 ``nsq_gate_spark_job``
     1. ``wait_for_events``: an ``NSQSensor`` on the durable channel ``channel`` of
@@ -19,8 +21,10 @@ Two DAGs:
     4. ``read_job_summary`` + ``announce_done``: read what the job published and announce
        it on ``done_topic``.
 
-Connections: ``nsq_default`` (``nsq://host:4150``) and ``spark_default`` (host
-``local[*]`` here; a cluster's master URL in production, nothing else changes). Spark's
+Connections: ``nsq_default`` (``nsq://host:4150``; add ``lookupd_http_addresses`` and the
+sensor finds the events on every nsqd through nsqlookupd, see docs/topology.md) and
+``spark_default`` (host ``local[*]`` here; a cluster's master URL in production, nothing
+else changes). Spark's
 Python workers use ``PYSPARK_PYTHON`` (or ``python3`` on PATH): it must have this package
 installed.
 
@@ -91,20 +95,27 @@ def synthetic_events(count: int, seed: int, prefix: str) -> list[dict[str, Any]]
     schedule=None,
     start_date=datetime.datetime(2024, 1, 1),
     catchup=False,
-    params={"events_topic": PARAMS["events_topic"], "event_count": 60, "seed": 7},
+    params={
+        "events_topic": PARAMS["events_topic"],
+        "event_count": 60,
+        "seed": 7,
+        "nsq_conn_ids": ["nsq_default"],
+    },
     tags=["nsq", "spark", "example"],
 )
 def nsq_pipeline_events_producer():
     @task
-    def make_events() -> list[dict[str, Any]]:
+    def make_batches() -> list[dict[str, Any]]:
+        """The events dealt round robin over ``nsq_conn_ids``: one MPUB per connection."""
         params = get_current_context()["params"]
-        return synthetic_events(int(params["event_count"]), int(params["seed"]), "evt")
+        events = synthetic_events(int(params["event_count"]), int(params["seed"]), "evt")
+        conn_ids = list(params["nsq_conn_ids"]) or ["nsq_default"]
+        batches = [(c, events[i :: len(conn_ids)]) for i, c in enumerate(conn_ids)]
+        return [{"nsq_conn_id": c, "messages": batch} for c, batch in batches if batch]
 
-    NSQMultiPublishOperator(
-        task_id="publish_events",
-        topic="{{ params.events_topic }}",
-        messages=make_events(),
-    )
+    NSQMultiPublishOperator.partial(
+        task_id="publish_events", topic="{{ params.events_topic }}"
+    ).expand_kwargs(make_batches())
 
 
 def _run_dir(staging_dir: str, dag_id: str, run_id: str) -> Path:

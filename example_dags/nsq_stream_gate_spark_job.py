@@ -8,9 +8,11 @@ only looks, and the Spark job drains the channel itself, however many events it 
     1. ``wait_for_events``: a sensor that reads the depth of ``channel`` on
        ``events_topic`` from nsqd's HTTP ``/stats`` (``NSQHook.channel_depth``): it takes
        no message, so nothing is redelivered and nothing reaches XCom. It needs the
-       ``nsq_default`` connection's ``http_port`` extra;
+       ``nsq_default`` connection's ``http_port`` extra, or its nsqlookupds (then it
+       sums the depth over every nsqd they list);
     2. ``stage_options``: writes the ``nsq`` data source options, built from the
-       ``nsq_default`` connection, to a private file (they may hold the AUTH secret);
+       ``nsq_default`` connection, to a private file (they may hold the AUTH secret),
+       with every nsqd that holds the topic (as nsqlookupd lists them now);
     3. ``drain_and_aggregate``: ``SparkSubmitOperator`` runs
        ``jobs/drain_pipeline_events.py``: ``readStream.format("nsq")`` with
        ``trigger(availableNow=True)`` lands what the channel holds as Parquet (FIN only
@@ -83,8 +85,8 @@ def nsq_stream_gate_spark_job():
         depth = NSQHook("nsq_default").channel_depth(params["events_topic"], params["channel"])
         if depth is None:
             raise AirflowException(
-                "the nsq_default connection has no http_port extra: this gate reads the "
-                "channel's depth from nsqd's HTTP API"
+                "the nsq_default connection names neither nsqd's http_port nor nsqlookupds: "
+                "this gate reads the channel's depth from nsqd's HTTP API"
             )
         ready = depth.ready >= int(params["min_events"])
         return PokeReturnValue(is_done=ready, xcom_value={"ready": depth.ready})
@@ -100,8 +102,20 @@ def nsq_stream_gate_spark_job():
         )
         options_path = run_dir / "nsq-options.json"
         fd = os.open(options_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        hook = NSQHook("nsq_default")
+        options = options_from_client_config(hook.get_client_config())
+        # Every nsqd that holds the topic: the ones nsqlookupd lists now, or the
+        # connection's own list.
+        lookupd = hook.get_lookupd()
+        if lookupd is not None:
+            producers = lookupd.lookup(context["params"]["events_topic"])
+            nsqds = [p.tcp_address for p in producers] or hook.nsqd_tcp_addresses
+        else:
+            nsqds = hook.nsqd_tcp_addresses
+        options.pop("nsqd", None)
+        options["nsqd_tcp_addresses"] = ",".join(nsqds)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(options_from_client_config(NSQHook("nsq_default").get_client_config()), out)
+            json.dump(options, out)
         return {
             "stage": str(run_dir),
             "options_path": str(options_path),

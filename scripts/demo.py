@@ -1,13 +1,14 @@
 """``make demo``: the whole NSQ -> Airflow -> Spark -> NSQ pipeline on this machine.
 
-Starts the embedded nsqd (or uses ``NSQD_ADDRESS``), points Airflow at a throw-away home,
-runs the example DAGs with ``dag.test()``: the producer
-(``example_dags/nsq_gate_spark_job.py``), then the XCom gate (NSQSensor -> stage ->
-spark-submit in local mode -> announce), then the stream gate
-(``example_dags/nsq_stream_gate_spark_job.py``: a depth-only sensor -> spark-submit that
-drains the channel with ``readStream.format("nsq")`` -> announce). It reads the results
-back from NSQ and prints a summary. Exit status 0 when everything worked; a missing Java
-or a busy port is one sentence on stderr and status 1.
+Starts NSQ as it is deployed: two embedded nsqds registered with one embedded nsqlookupd
+(or uses the one nsqd of ``NSQD_ADDRESS``), points Airflow at a throw-away home and runs
+the example DAGs with ``dag.test()``: the producer (``example_dags/nsq_gate_spark_job.py``,
+which spreads its events over both nsqds), then the XCom gate (NSQSensor, which finds them
+through the lookupd -> stage -> spark-submit in local mode -> announce), then the stream
+gate (``example_dags/nsq_stream_gate_spark_job.py``: a depth-only sensor -> spark-submit
+that drains the channel with ``readStream.format("nsq")`` -> announce). It reads the
+results back from NSQ and prints a summary with the per-nsqd counts. Exit status 0 when
+everything worked; a missing Java or a busy port is one sentence on stderr and status 1.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -50,8 +53,10 @@ def step(text: str) -> None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=60, help="synthetic events (default 60)")
-    parser.add_argument("--tcp-port", type=int, default=4150, help="embedded nsqd TCP port")
-    parser.add_argument("--http-port", type=int, default=4151, help="embedded nsqd HTTP port")
+    parser.add_argument("--tcp-port", type=int, default=4150, help="first embedded nsqd's TCP port")
+    parser.add_argument(
+        "--http-port", type=int, default=4151, help="first embedded nsqd's HTTP port"
+    )
     parser.add_argument(
         "--verbose", action="store_true", help="show Airflow's and Spark's own logs"
     )
@@ -122,24 +127,69 @@ def split_address(address: str) -> tuple[str, int]:
 # -- broker -----------------------------------------------------------------------------
 
 
+@dataclass
+class NSQ:
+    """Where the demo's NSQ is: the nsqds (the first takes the Spark job's results) and
+    the nsqlookupd that lists them (None with ``NSQD_ADDRESS``)."""
+
+    nsqds: list[tuple[str, int]]
+    lookupd_http: str | None
+    description: str
+    stop: list[Any] = field(default_factory=list)
+    http_ports: list[int] = field(default_factory=list)  # each nsqd's HTTP port
+
+    @property
+    def http_port(self) -> int:
+        return self.http_ports[0]
+
+    @property
+    def host(self) -> str:
+        return self.nsqds[0][0]
+
+    @property
+    def port(self) -> int:
+        return self.nsqds[0][1]
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"{host}:{port}" for host, port in self.nsqds]
+
+
 @contextlib.contextmanager
-def broker(args: argparse.Namespace) -> Iterator[tuple[str, int, str]]:
-    """Yield (host, tcp_port, description) of the nsqd to use."""
+def broker(args: argparse.Namespace) -> Iterator[NSQ]:
+    """Two embedded nsqds behind one embedded nsqlookupd, or the nsqd of NSQD_ADDRESS."""
     external = os.environ.get("NSQD_ADDRESS")
     if external:
         host, port = split_address(external)
         check_reachable(host, port)
-        yield host, port, f"nsqd at {host}:{port} (NSQD_ADDRESS)"
+        http = os.environ.get("NSQD_HTTP_ADDRESS")
+        http_port = split_address(http)[1] if http else port + 1
+        yield NSQ(
+            [(host, port)], None, f"nsqd at {host}:{port} (NSQD_ADDRESS)", http_ports=[http_port]
+        )
         return
     check_port_free(args.tcp_port, "embedded nsqd TCP")
     check_port_free(args.http_port, "embedded nsqd HTTP")
     from airflow_provider_nsq.testing.broker import EmbeddedNSQD
+    from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
 
+    started: list[Any] = []
     try:
-        server = EmbeddedNSQD(
-            host="127.0.0.1", tcp_port=args.tcp_port, http_port=args.http_port
-        ).__enter__()
+        lookupd = EmbeddedNSQLookupd().start()  # free ports
+        started.append(lookupd)
+        register = [lookupd.tcp_address]
+        first = EmbeddedNSQD(
+            host="127.0.0.1",
+            tcp_port=args.tcp_port,
+            http_port=args.http_port,
+            lookupd_tcp_addresses=register,
+        ).start()
+        started.append(first)
+        second = EmbeddedNSQD(host="127.0.0.1", lookupd_tcp_addresses=register).start()
+        started.append(second)
     except OSError as exc:
+        for server in reversed(started):
+            server.stop()
         if exc.errno == errno.EADDRINUSE:
             raise DemoError(
                 f"Port {args.tcp_port} or {args.http_port} on 127.0.0.1 was taken while the "
@@ -147,25 +197,42 @@ def broker(args: argparse.Namespace) -> Iterator[tuple[str, int, str]]:
             ) from None
         raise
     try:
-        yield server.host, server.tcp_port, f"embedded nsqd on {server.tcp_address}"
+        yield NSQ(
+            [(n.host, n.tcp_port) for n in (first, second)],
+            lookupd.http_address,
+            f"embedded nsqds on {first.tcp_address} and {second.tcp_address}, registered "
+            f"with the embedded nsqlookupd on {lookupd.http_address}",
+            http_ports=[first.http_port, second.http_port],
+        )
     finally:
-        step("Stopping the embedded nsqd")
-        server.__exit__(None, None, None)
+        step("Stopping the embedded nsqds and nsqlookupd")
+        for server in reversed(started):
+            server.stop()
 
 
 # -- Airflow ----------------------------------------------------------------------------
 
 
-def nsqd_http_port(args: argparse.Namespace, tcp_port: int) -> int:
-    """nsqd's HTTP port: the embedded one's, or NSQD_HTTP_ADDRESS (default TCP port + 1)."""
-    if not os.environ.get("NSQD_ADDRESS"):
-        return int(args.http_port)
-    http = os.environ.get("NSQD_HTTP_ADDRESS")
-    return split_address(http)[1] if http else tcp_port + 1
+def connection_ids(nsq: NSQ) -> list[str]:
+    """One Airflow connection per nsqd, for the producer to publish to each."""
+    return [f"nsq_{i + 1}" for i in range(len(nsq.nsqds))]
 
 
-def configure_airflow(home: str, host: str, port: int, http_port: int, verbose: bool) -> None:
-    """Environment for dag.test(); must happen before anything imports Airflow."""
+def configure_airflow(home: str, nsq: NSQ, verbose: bool) -> None:
+    """Environment for dag.test(); must happen before anything imports Airflow.
+
+    ``nsq_default`` is the first nsqd plus the lookupd: the gate's sensor reads every
+    nsqd the lookupd lists. ``nsq_1``, ``nsq_2`` are the nsqds, one each, for the
+    producer (a publisher writes to its own nsqd)."""
+    # With a lookupd the gates read each nsqd's /stats at the http_port it lists; a lone
+    # nsqd needs its own http_port to be read without taking messages.
+    default = f"nsq://{nsq.host}:{nsq.port}"
+    if nsq.lookupd_http:
+        default += f"?lookupd_http_addresses={nsq.lookupd_http}"
+    else:
+        default += f"?http_port={nsq.http_port}"
+    for conn_id, address in zip(connection_ids(nsq), nsq.addresses, strict=True):
+        os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = f"nsq://{address}"
     os.environ.update(
         {
             "AIRFLOW_HOME": home,
@@ -173,8 +240,7 @@ def configure_airflow(home: str, host: str, port: int, http_port: int, verbose: 
             # dag.test() needs the DAG file inside the dags folder.
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
             "AIRFLOW__CORE__PARALLELISM": "4",
-            # http_port: the gates read a channel's depth from /stats, taking nothing.
-            "AIRFLOW_CONN_NSQ_DEFAULT": f"nsq://{host}:{port}?http_port={http_port}",
+            "AIRFLOW_CONN_NSQ_DEFAULT": default,
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
             # Spark's Python workers must be this interpreter (it has the provider).
             "PYSPARK_PYTHON": sys.executable,
@@ -229,6 +295,15 @@ def xcom(dag_run: Any, task_id: str) -> Any:
     return ti.xcom_pull(task_ids=task_id) if ti is not None else None
 
 
+def mapped_xcoms(dag_run: Any, task_id: str) -> list[Any]:
+    """The return values of a mapped task, by map index."""
+    tis = sorted(
+        (ti for ti in dag_run.get_task_instances() if ti.task_id == task_id),
+        key=lambda ti: ti.map_index,
+    )
+    return [ti.xcom_pull(task_ids=task_id, map_indexes=ti.map_index) for ti in tis]
+
+
 def run_dag(dag: Any, conf: dict[str, Any]) -> Any:
     started = time.monotonic()
     dag_run = dag.test(run_conf=conf)
@@ -265,8 +340,9 @@ def run(args: argparse.Namespace) -> None:
     home = tempfile.mkdtemp(prefix="nsq-demo-airflow-")
     try:
         step("Starting the NSQ broker")
-        with broker(args) as (host, port, where):
-            print(f"    using {where}", flush=True)
+        with broker(args) as nsq:
+            host, port = nsq.host, nsq.port
+            print(f"    using {nsq.description}", flush=True)
             # A shared nsqd may hold channels and messages from earlier runs: use fresh
             # topics there. The embedded broker starts empty, so plain names read best.
             suffix = f".{uuid.uuid4().hex[:6]}" if os.environ.get("NSQD_ADDRESS") else ""
@@ -275,7 +351,7 @@ def run(args: argparse.Namespace) -> None:
                 "results_topic": f"pipeline.results{suffix}",
                 "done_topic": f"pipeline.done{suffix}",
             }
-            configure_airflow(home, host, port, nsqd_http_port(args, port), args.verbose)
+            configure_airflow(home, nsq, args.verbose)
 
             step(f"Creating the Airflow metadata DB in {home}")
             from airflow.utils import db
@@ -289,26 +365,48 @@ def run(args: argparse.Namespace) -> None:
             stream_dags = load_dags(STREAM_DAG_FILE)
             show_task_progress()
 
-            # Both channels exist before the first event, so each gets every event.
-            from airflow_provider_nsq.hooks.nsq import NSQHook
+            # Both channels exist on every nsqd before the first event, so each gets every
+            # event (a topic keeps what it holds for its first channel only).
+            from airflow_provider_nsq.client.nsqd_http import NSQDHTTPClient
 
-            for channel in (XCOM_CHANNEL, STREAM_CHANNEL):
-                NSQHook("nsq_default").channel_depth(topics["events_topic"], channel)
-
-            step(f"Producer DAG: publishing {args.events} events to {topics['events_topic']}")
-            produced = run_dag(
-                dags.producer_dag,
-                {"events_topic": topics["events_topic"], "event_count": args.events, "seed": 7},
-            )
-            published = (xcom(produced, "publish_events") or {}).get("messages", 0)
+            for (nsqd_host, _), http_port in zip(nsq.nsqds, nsq.http_ports, strict=True):
+                api = NSQDHTTPClient(nsqd_host, http_port)
+                for channel in (XCOM_CHANNEL, STREAM_CHANNEL):
+                    api.channel_depth(topics["events_topic"], channel, create=True)
 
             step(
-                "Gate DAG (about 30 s; spark-submit starts its own JVM): NSQSensor -> "
-                "stage JSON Lines -> spark-submit (local[*]) -> "
+                f"Producer DAG: publishing {args.events} events to {topics['events_topic']}, "
+                f"spread over {len(nsq.nsqds)} nsqd(s)"
+            )
+            produced = run_dag(
+                dags.producer_dag,
+                {
+                    "events_topic": topics["events_topic"],
+                    "event_count": args.events,
+                    "seed": 7,
+                    "nsq_conn_ids": connection_ids(nsq),
+                },
+            )
+            # Map index i published through nsq_{i + 1}, i.e. to nsqd i.
+            per_nsqd_published = {
+                address: (value or {}).get("messages", 0)
+                for address, value in zip(
+                    nsq.addresses, mapped_xcoms(produced, "publish_events"), strict=False
+                )
+            }
+            published = sum(per_nsqd_published.values())
+
+            step(
+                "Gate DAG (about 30 s; spark-submit starts its own JVM): NSQSensor"
+                + (" (through nsqlookupd) -> " if nsq.lookupd_http else " -> ")
+                + "stage JSON Lines -> spark-submit (local[*]) -> "
                 f"{topics['results_topic']} -> {topics['done_topic']}"
             )
             gated = run_dag(dags.gate_dag, {**topics, "channel": XCOM_CHANNEL})
-            received = len(xcom(gated, "wait_for_events") or [])
+            records = xcom(gated, "wait_for_events") or []
+            received = len(records)
+            # Over several nsqds, each record says which one delivered it.
+            per_nsqd_received = Counter(r.get("nsqd", nsq.addresses[0]) for r in records)
             staged = xcom(gated, "stage_events") or {}
 
             step(f"Reading the results back from {topics['results_topic']}")
@@ -323,7 +421,12 @@ def run(args: argparse.Namespace) -> None:
             print()
             print("Summary")
             print(f"  events published             {published:>6}  ({topics['events_topic']})")
-            print(f"  messages the gate received   {received:>6}  (channel {XCOM_CHANNEL})")
+            for address in nsq.addresses:
+                print(f"      on nsqd {address:<21} {per_nsqd_published.get(address, 0):>6}")
+            where = f", found through nsqlookupd {nsq.lookupd_http}" if nsq.lookupd_http else ""
+            print(f"  messages the gate received   {received:>6}  (channel {XCOM_CHANNEL}{where})")
+            for address in nsq.addresses:
+                print(f"      from nsqd {address:<19} {per_nsqd_received.get(address, 0):>6}")
             print(f"  events staged for Spark      {staged.get('events', 0):>6}")
             print(f"  rows Spark aggregated        {aggregated:>6}  ({len(results)} pipelines)")
             print(f"  result messages read back    {len(results):>6}  ({topics['results_topic']})")
@@ -333,7 +436,12 @@ def run(args: argparse.Namespace) -> None:
                     f"{r['rows']:>8} rows  avg {r['avg_duration_ms']:>8.1f} ms"
                 )
             print(f"  done message                 {json.dumps(done[0]) if done else 'missing'}")
-            if published != args.events or received != published or aggregated != received:
+            if (
+                published != args.events
+                or received != published
+                or aggregated != received
+                or any(per_nsqd_received.get(a, 0) != n for a, n in per_nsqd_published.items())
+            ):
                 raise DemoError(
                     "The counts above do not line up (see the summary); rerun with --verbose."
                 )

@@ -35,6 +35,13 @@ class NSQMessage(Message):
         self._responded = False
 
     @property
+    def nsqd(self) -> str | None:
+        """``host:port`` of the nsqd that delivered it (``id`` is unique per nsqd, so the
+        pair identifies the message); None for a message built by hand."""
+        conn = self._conn
+        return conn.config.address if conn is not None else None
+
+    @property
     def responded(self) -> bool:
         """True once FIN or REQ was sent for this delivery."""
         return self._responded

@@ -19,7 +19,7 @@ The request sequence is written once, as a generator of requests
 from __future__ import annotations
 
 import ssl
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -104,6 +104,22 @@ def parse_channel_depth(
         _int(mine, "deferred_count", url),
         bool(mine.get("paused")),  # a paused topic still lets the channel deliver
         True,
+    )
+
+
+def combine_depths(topic: str, channel: str, depths: Sequence[ChannelDepth]) -> ChannelDepth:
+    """One :class:`ChannelDepth` for a channel spread over several nsqds (every producer
+    nsqlookupd lists): ``depth`` is what is ready on all of them (a paused channel's
+    messages are not), ``nsqd`` lists the HTTP addresses asked."""
+    return ChannelDepth(
+        nsqd=", ".join(d.nsqd for d in depths) or "no nsqd has the topic",
+        topic=topic,
+        channel=channel,
+        depth=sum(d.ready for d in depths),
+        in_flight=sum(d.in_flight for d in depths),
+        deferred=sum(d.deferred for d in depths),
+        paused=False,
+        exists=any(d.exists for d in depths),
     )
 
 

@@ -8,6 +8,7 @@ sensors make: publish, deferred publish, batch publish and one consume window.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 
 from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
-from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
+from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
+from ..client.consumer import NSQConsumer
+from ..client.lookupd import LookupdClient, Producer, parse_addresses, parse_lookupd_address
+from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient, combine_depths
+from ..client.producer import NSQProducer, nsqd_addresses
 from ..client.setting_values import parse_bool, parse_int, parse_seconds
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
@@ -29,7 +34,12 @@ if TYPE_CHECKING:
 #: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
 #: Extras that configure the hook, not the TCP client.
-_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "http_port", "https_port")
+_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "nsqd_tcp_addresses", "http_port", "https_port")
+#: Extras that list addresses (a comma-separated string or a list), and each entry's check.
+_ADDRESS_LISTS = {
+    "lookupd_http_addresses": parse_lookupd_address,
+    "nsqd_tcp_addresses": lambda a: parse_address(a, DEFAULT_NSQD_TCP_PORT, "entry"),
+}
 #: Longest wait test_connection() allows itself, whatever the connection says.
 _TEST_CONNECTION_TIMEOUT_S = 10.0
 
@@ -65,12 +75,14 @@ def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
         if schema["type"][0] == "number" and maximum is not None and value > maximum:
             raise _bad(conn_id, key, f"must be at most {maximum:g} seconds, got {value!r}")
         return value
-    if key == "lookupd_http_addresses":
-        if isinstance(value, str):
-            return [a.strip() for a in value.split(",") if a.strip()]
-        if isinstance(value, (list, tuple)) and all(isinstance(a, str) for a in value):
-            return [a.strip() for a in value if a.strip()]
-        raise _bad(conn_id, key, f"must be a comma-separated string or a list, got {value!r}")
+    if key in _ADDRESS_LISTS:
+        try:
+            addresses = parse_addresses(value, key)
+            for address in addresses:
+                _ADDRESS_LISTS[key](address)
+        except NSQValueError as exc:
+            raise _bad(conn_id, key, str(exc)) from None
+        return addresses
     if not isinstance(value, str):
         raise _bad(conn_id, key, f"must be a string, got {type(value).__name__}")
     if "enum" in CONN_FIELDS[key]["schema"] and value not in CONN_FIELDS[key]["schema"]["enum"]:
@@ -186,8 +198,9 @@ class NSQHook(BaseHook):
         self.nsq_conn_id = nsq_conn_id
         self._config: ClientConfig | None = None
         self._extras: dict[str, Any] = {}
-        self._publisher: NSQConnection | None = None
-        self._windows: list[tuple[NSQConnection, list[NSQMessage]]] = []
+        self._publisher: NSQProducer | None = None
+        # ack="manual" windows: what closes them, and the messages they handed out.
+        self._windows: list[tuple[NSQConnection | NSQConsumer, list[NSQMessage]]] = []
 
     def __repr__(self) -> str:
         return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
@@ -263,6 +276,40 @@ class NSQHook(BaseHook):
         return list(self._extras.get("lookupd_http_addresses", []))
 
     @property
+    def nsqd_tcp_addresses(self) -> list[str]:
+        """Every nsqd of the connection: ``host:port`` first, then the
+        ``nsqd_tcp_addresses`` extra (duplicates dropped). Publishing fails over along
+        this list; without nsqlookupd, consumers read from all of them."""
+        return nsqd_addresses(self.get_client_config(), self._extras.get("nsqd_tcp_addresses", []))
+
+    @property
+    def reads_topology(self) -> bool:
+        """True when consumers read from several nsqds: the connection names nsqlookupds,
+        or more than one nsqd."""
+        return bool(self.lookupd_http_addresses) or len(self.nsqd_tcp_addresses) > 1
+
+    def get_lookupd(self) -> LookupdClient | None:
+        """The connection's nsqlookupds (bounded by its ``connect_timeout``), or None."""
+        addresses = self.lookupd_http_addresses
+        if not addresses:
+            return None
+        return LookupdClient(addresses, timeout=self.get_client_config().connect_timeout)
+
+    def consumer(self, topic: str, channel: str) -> NSQConsumer:
+        """A blocking consumer of ``topic``/``channel`` over every nsqd of the connection
+        (through nsqlookupd when it names any). The caller closes it."""
+        return NSQConsumer(topic, channel, **self.consumer_options())
+
+    def consumer_options(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`NSQConsumer` / :class:`AsyncNSQConsumer`
+        for this connection (call :meth:`aget_client_config` first in a trigger)."""
+        return {
+            "config": self.get_client_config(),
+            "nsqd_tcp_addresses": self.nsqd_tcp_addresses,
+            "lookupd_http_addresses": self.lookupd_http_addresses,
+        }
+
+    @property
     def http_port(self) -> int | None:
         """The ``http_port`` extra (nsqd's HTTP API port), or None."""
         self.get_client_config()
@@ -293,30 +340,65 @@ class NSQHook(BaseHook):
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """What ``channel`` holds, from nsqd's ``/stats``: no message is taken, so no
         ``attempts`` go up. Creates the channel when it is missing (as a SUB would), so
-        messages published from now on wait for it. None when the connection has no HTTP
-        port; NSQError subclasses when the API cannot be read."""
-        api = self.get_http_api()
+        messages published from now on wait for it. NSQError subclasses when an API
+        cannot be read.
+
+        With nsqlookupd: summed over every producer it lists, each on the HTTP port it
+        announced. Without: the connection's nsqd on its ``http_port`` (None when not
+        given, or when the connection lists several nsqds, whose HTTP ports are unknown).
+        """
+        lookupd = self.get_lookupd()
+        if lookupd is not None:
+            validate_channel_name(channel)
+            apis = self._producer_apis(lookupd.lookup(topic))
+            depths = [api.channel_depth(topic, channel, create=True) for api in apis]
+            return combine_depths(topic, channel, depths)
+        api = self._single_http_api()
         if api is None:
             return None
         return api.channel_depth(topic, channel, create=True)
 
     async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
-        """:meth:`channel_depth` for triggers (asyncio, no thread)."""
+        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once)."""
         await self.aget_client_config()
-        api = self.get_http_api()
+        lookupd = self.get_lookupd()
+        if lookupd is not None:
+            validate_channel_name(channel)
+            apis = self._producer_apis(await lookupd.alookup(topic))
+            depths = await asyncio.gather(
+                *(api.achannel_depth(topic, channel, create=True) for api in apis)
+            )
+            return combine_depths(topic, channel, depths)
+        api = self._single_http_api()
         if api is None:
             return None
         return await api.achannel_depth(topic, channel, create=True)
 
+    def _single_http_api(self) -> NSQDHTTPClient | None:
+        if len(self.nsqd_tcp_addresses) > 1:
+            return None  # the other nsqds' HTTP ports are unknown: a window is the check
+        return self.get_http_api()
+
+    def _producer_apis(self, producers: Sequence[Producer]) -> list[NSQDHTTPClient]:
+        """The HTTP API of each producer, on the port it announced to nsqlookupd."""
+        config = self.get_client_config()
+        return [
+            NSQDHTTPClient(p.broadcast_address, p.http_port, timeout=config.connect_timeout)
+            for p in producers
+        ]
+
     # -- connections ---------------------------------------------------------------
+
+    def get_producer(self) -> NSQProducer:
+        """The publisher over :attr:`nsqd_tcp_addresses` (created on first use, then
+        reused): the first nsqd that accepts a connection takes the publishes."""
+        if self._publisher is None:
+            self._publisher = NSQProducer(self.nsqd_tcp_addresses, self.get_client_config())
+        return self._publisher
 
     def get_conn(self) -> NSQConnection:
         """The publishing connection, connected (opened on first use, then reused)."""
-        if self._publisher is None:
-            self._publisher = NSQConnection(self.get_client_config())
-        if not self._publisher.connected:
-            self._publisher.connect()
-        return self._publisher
+        return self.get_producer().connection()
 
     def close(self) -> None:
         """Close the publishing connection and every consume window's connection.
@@ -346,7 +428,7 @@ class NSQHook(BaseHook):
         """
         validate_topic_name(topic)
         body = encode_body(message)
-        self.get_conn().publish(topic, body)
+        self.get_producer().publish(topic, body)
         # debug, not info: a task may publish thousands of single messages in a loop
         self.log.debug("Published 1 message (%s bytes) to topic %s", len(body), topic)
         return {"topic": topic, "messages": 1, "bytes": len(body)}
@@ -365,7 +447,7 @@ class NSQHook(BaseHook):
         body = encode_body(message)
         config = self.get_client_config()
         check_delay_ms(delay_ms, config.max_req_timeout_ms, what="defer_publish delay")
-        self.get_conn().defer_publish(topic, body, delay_ms)
+        self.get_producer().defer_publish(topic, body, delay_ms)
         self.log.info(
             "Published 1 deferred message (%s bytes, delay %s ms) to topic %s",
             len(body),
@@ -397,7 +479,7 @@ class NSQHook(BaseHook):
         if not bodies:
             raise NSQValueError("multi_publish needs at least one message")
         total = sum(map(len, bodies))
-        frames = self.get_conn().multi_publish(topic, bodies)
+        frames = self.get_producer().multi_publish(topic, bodies)
         self.log.info(
             "Published %s messages (%s bytes, %s MPUB frame(s)) to topic %s",
             len(bodies),
@@ -430,6 +512,12 @@ class NSQHook(BaseHook):
             (attempts + 1), ``"manual"`` returns them in flight: answer them with
             :meth:`finish` / :meth:`requeue`; :meth:`close` REQs what is left.
         :param requeue_delay: the REQ delay for ``ack="req"`` (timedelta or ms).
+
+        When the connection names nsqlookupds (``lookupd_http_addresses``) or several
+        nsqds (``nsqd_tcp_addresses``), the window reads from every nsqd that has the
+        topic at once (:class:`~airflow_provider_nsq.client.consumer.NSQConsumer`):
+        ``max_messages`` is shared across them, each message is answered on the nsqd
+        that delivered it, an nsqd that cannot be reached is logged and skipped.
         """
         validate_topic_name(topic)
         validate_channel_name(channel)
@@ -441,6 +529,8 @@ class NSQHook(BaseHook):
                 f"NSQ connection {self.nsq_conn_id!r} disables heartbeats "
                 "(heartbeat_interval_ms=-1); nsqd refuses SUB without them"
             )
+        if self.reads_topology:
+            return self._consume_topology(topic, channel, max_messages, seconds, ack, delay_ms)
         conn = NSQConnection(config)
         conn.connect()
         try:
@@ -476,9 +566,42 @@ class NSQHook(BaseHook):
         )
         return messages
 
+    def _consume_topology(
+        self,
+        topic: str,
+        channel: str,
+        max_messages: int,
+        seconds: float,
+        ack: AckMode,
+        delay_ms: int,
+    ) -> list[NSQMessage]:
+        consumer = self.consumer(topic, channel)
+        try:
+            messages = consumer.consume(
+                max_messages=max_messages, timeout=seconds, ack=ack, requeue_delay_ms=delay_ms
+            )
+            nsqds = len(consumer.connections)
+        except BaseException:
+            consumer.close()
+            raise
+        if ack == "manual":
+            self._windows.append((consumer, list(messages)))
+        else:
+            consumer.close()
+        self.log.info(
+            "Consume window on %s/%s over %s nsqd(s): %s message(s) in %gs (ack=%s)",
+            topic,
+            channel,
+            nsqds,
+            len(messages),
+            seconds,
+            ack,
+        )
+        return messages
+
     def _by_connection(
         self, messages: Sequence[NSQMessage]
-    ) -> list[tuple[NSQConnection, list[NSQMessage]]]:
+    ) -> list[tuple[NSQConnection | NSQConsumer, list[NSQMessage]]]:
         wanted = {id(m) for m in messages}
         groups = []
         for conn, held in self._windows:

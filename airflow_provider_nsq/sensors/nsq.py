@@ -65,7 +65,14 @@ class NSQSensor(BaseSensorOperator):
     takes up to ``max_messages``). Its XCom value (``return_value``) is the list of those
     messages, each a dict: ``id``, ``body`` (str; base64 text when ``body_encoding ==
     "base64"``), ``body_encoding`` (``"utf-8"`` or ``"base64"``), ``attempts``,
-    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``.
+    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``;
+    and ``nsqd`` (the ``host:port`` that delivered it) when the connection reads from
+    several nsqds.
+
+    NSQ as deployed: when the connection names nsqlookupds (``lookupd_http_addresses``)
+    or several nsqds (``nsqd_tcp_addresses``), the check and the window cover every nsqd
+    that has the topic: the depth is summed over the producers nsqlookupd lists (each on
+    the HTTP port it announced), and one window shares ``max_messages`` across them.
 
     How it waits: when the connection names nsqd's HTTP API (``http_port``, or
     ``https_port`` with TLS), every check reads the channel's depth from ``/stats`` and a
@@ -279,16 +286,21 @@ class NSQSensor(BaseSensorOperator):
         accepted: list[NSQMessage] = []
         rejected: list[NSQMessage] = []
         for message in messages:
-            record = message_record(message, self.topic, self.channel)
+            record = self._record(message)
             (accepted if keep(record) else rejected).append(message)
         return accepted, rejected
+
+    def _record(self, message: NSQMessage) -> dict[str, Any]:
+        # Over several nsqds, "nsqd" tells them apart (a message id is unique per nsqd).
+        nsqd = message.nsqd if self.hook.reads_topology else None
+        return message_record(message, self.topic, self.channel, nsqd=nsqd)
 
     def _deliver(self, context: Context) -> None:
         """Push the held batch to XCom, then FIN it; REQ it if the push fails."""
         batch, self._batch = self._batch, []
         hook = self.hook
         try:
-            records = [message_record(m, self.topic, self.channel) for m in batch]
+            records = [self._record(m) for m in batch]
             hook.touch(batch)  # a full msg_timeout for the push, counted from now
             context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=records)
         except BaseException:

@@ -55,7 +55,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..client import NSQConnection
+from ..client.producer import NSQProducer
 from ..protocol.errors import NSQError, NSQValueError
 from .options import DEFAULT_BODY_COLUMNS, NSQOptionError, NSQWriteOptions
 from .reader import READ_SCHEMA, NSQStreamReader
@@ -82,6 +82,7 @@ class NSQPartitionSummary(WriterCommitMessage):
     mpub_calls: int  # multi_publish calls (batches of up to batch_size messages)
     connects: int  # TCP connections opened (1, or 0 for an empty partition)
     seconds: float
+    nsqd: str = ""  # where the partition was published ("" for an empty one)
 
 
 def summarize(
@@ -93,6 +94,7 @@ def summarize(
         "status": "aborted" if aborted else "committed",
         "topic": options.topic,
         "nsqd": f"{options.host}:{options.port}",
+        "nsqds": options.nsqds,
         "format": options.format,
         "messages": sum(p.messages for p in done),
         "bytes": sum(p.bytes for p in done),
@@ -202,16 +204,16 @@ class NSQWriter(DataSourceArrowWriter):
         opts = self.options
         encode = self._encoder(partition)
         started = time.monotonic()
-        conn: NSQConnection | None = None
+        # Partitions spread over the nsqds; each fails over along the rest (never after
+        # an MPUB was written: see client/producer.py).
+        producer = NSQProducer(opts.nsqds_for(partition), opts.client_config())
         messages = size = frames = calls = 0
         pending: list[bytes] = []
 
         def flush(bodies: list[bytes]) -> None:
-            nonlocal conn, messages, size, frames, calls
-            if conn is None:
-                # Opened on the first batch, so an empty partition costs no connection.
-                conn = NSQConnection(opts.client_config()).connect()
-            frames += conn.multi_publish(opts.topic, bodies)
+            nonlocal messages, size, frames, calls
+            # Connected on the first batch, so an empty partition costs no connection.
+            frames += producer.multi_publish(opts.topic, bodies)
             calls += 1
             messages += len(bodies)
             size += sum(map(len, bodies))
@@ -229,14 +231,15 @@ class NSQWriter(DataSourceArrowWriter):
         except NSQError as exc:
             raise NSQWriteError(
                 f"partition {partition} (attempt {attempt}): publishing to topic "
-                f"{opts.topic!r} at nsqd {opts.host}:{opts.port} failed after {messages} "
+                f"{opts.topic!r} at nsqd {producer.address or producer.addresses[0]} failed "
+                f"after {messages} "
                 f"messages were accepted; a retry publishes the partition again "
                 f"(at-least-once): {type(exc).__name__}: {exc}"
             ) from exc
         finally:
-            connects = conn.connects if conn is not None else 0
-            if conn is not None:
-                conn.close()
+            nsqd = producer.address or ""
+            producer.close()
+            connects = producer.connects
         return NSQPartitionSummary(
             partition=partition,
             attempt=attempt,
@@ -246,6 +249,7 @@ class NSQWriter(DataSourceArrowWriter):
             mpub_calls=calls,
             connects=connects,
             seconds=round(time.monotonic() - started, 6),
+            nsqd=nsqd,
         )
 
     def _encoder(self, partition: int) -> Callable[[pa.RecordBatch], list[bytes]]:

@@ -84,7 +84,15 @@ _CLIENT_OPTIONS: dict[str, Callable[[str], Any]] = {
 }
 
 # Options of the data source itself.
-_WRITER_OPTIONS = ("nsqd", "topic", "format", "body_column", "batch_size", "summary_file")
+_WRITER_OPTIONS = (
+    "nsqd",
+    "nsqd_tcp_addresses",
+    "topic",
+    "format",
+    "body_column",
+    "batch_size",
+    "summary_file",
+)
 
 KNOWN_OPTIONS: tuple[str, ...] = (*_WRITER_OPTIONS, *_CLIENT_OPTIONS)
 
@@ -92,7 +100,8 @@ KNOWN_OPTIONS: tuple[str, ...] = (*_WRITER_OPTIONS, *_CLIENT_OPTIONS)
 # why instead of "unknown".
 _NOT_FOR_WRITING = {
     "msg_timeout_ms": "it only applies to consumers; the nsq data source only publishes",
-    "lookupd_http_addresses": "the data source publishes to one nsqd: set option 'nsqd'",
+    "lookupd_http_addresses": "the writer publishes to nsqds, not through nsqlookupd: set "
+    "option 'nsqd' (and 'nsqd_tcp_addresses' to spread partitions over more nsqds)",
     "http_port": "the data source speaks nsqd's TCP protocol only",
     "max_req_timeout_ms": "it only limits DPUB and REQ delays; the data source uses MPUB",
     "path": "the nsq data source takes no path: call .option('topic', ...).save()",
@@ -116,6 +125,20 @@ class NSQWriteOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     summary_file: str | None = None
     client: Mapping[str, Any] = field(default_factory=dict)
+    #: More nsqds after ``nsqd`` (option ``nsqd_tcp_addresses``), as ``host:port``.
+    more_nsqds: tuple[str, ...] = ()
+
+    @property
+    def nsqds(self) -> list[str]:
+        """Every nsqd written to: ``nsqd`` first, then ``nsqd_tcp_addresses``."""
+        return [format_address(self.host, self.port), *self.more_nsqds]
+
+    def nsqds_for(self, partition: int) -> list[str]:
+        """Partition ``partition``'s nsqds in order: its own (partitions spread round
+        robin over :attr:`nsqds`), then the others as failover."""
+        nsqds = self.nsqds
+        first = partition % len(nsqds)
+        return nsqds[first:] + nsqds[:first]
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> NSQWriteOptions:
@@ -130,11 +153,21 @@ class NSQWriteOptions:
                 )
             if not isinstance(given[key], str):
                 raise NSQOptionError(key, f"expected a string, got {type(given[key]).__name__}")
-        if "nsqd" not in given:
+        more: list[str] = []
+        for raw in given.get("nsqd_tcp_addresses", "").split(","):
+            if raw.strip():
+                address = format_address(*parse_nsqd_address(raw, "nsqd_tcp_addresses"))
+                if address not in more:
+                    more.append(address)
+        if "nsqd" not in given and not more:
             raise NSQOptionError("nsqd", "required: nsqd's TCP address as host:port")
         if "topic" not in given:
             raise NSQOptionError("topic", "required: the topic to publish to")
-        host, port = parse_nsqd_address(given["nsqd"])
+        if "nsqd" in given:
+            host, port = parse_nsqd_address(given["nsqd"])
+        else:
+            host, port = parse_nsqd_address(more.pop(0), "nsqd_tcp_addresses")
+        more = [a for a in more if a != format_address(host, port)]
         topic = given["topic"].strip()
         try:
             validate_topic_name(topic)
@@ -172,6 +205,7 @@ class NSQWriteOptions:
             batch_size=batch_size,
             summary_file=summary_file,
             client=client,
+            more_nsqds=tuple(more),
         )
         parsed.client_config()  # ClientConfig checks ranges and combinations; name the key
         return parsed

@@ -12,6 +12,11 @@ once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough. Eac
 costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
 growing pause.
 
+When the connection names nsqlookupds or several nsqds, both checks cover every nsqd that
+has the topic: the HTTP depth is summed over the producers nsqlookupd lists, and the TCP
+peek holds ``min_messages`` across all of them (one
+:class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`).
+
 Every wait is bounded: past ``deadline`` the trigger fires ``{"status": "timeout"}``
 itself, so the sensor's timeout holds even where the triggerer's own timeout is not
 applied (``dag.test()`` runs triggers inline without one).
@@ -31,6 +36,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
+from ..client.consumer import AsyncNSQConsumer
 from ..client.nsqd_http import ChannelDepth
 from ..hooks.nsq import NSQHook
 from ..protocol.errors import (
@@ -165,6 +171,8 @@ class NSQMessageTrigger(BaseTrigger):
             try:
                 if depth is not None:
                     last_ready, checked_by = depth.ready, "http"
+                elif hook.reads_topology:
+                    last_ready, checked_by = await self._peek_all(hook, remaining), "tcp"
                 else:
                     last_ready, checked_by = await self._peek(config, remaining), "tcp"
             except NSQTLSError as exc:  # a settings problem: retrying will not fix it
@@ -234,6 +242,44 @@ class NSQMessageTrigger(BaseTrigger):
             )
             return None
 
+    def _hold_s(
+        self, msg_timeout_ms: object, config: ClientConfig, remaining: float | None
+    ) -> float:
+        """How long a peek may hold messages: a share of nsqd's msg_timeout, never past
+        the deadline."""
+        if not isinstance(msg_timeout_ms, int) or msg_timeout_ms <= 0:
+            msg_timeout_ms = config.msg_timeout_ms or 60_000
+        hold = msg_timeout_ms / 1000 * HOLD_SHARE_OF_MSG_TIMEOUT
+        return hold if remaining is None else min(hold, remaining)
+
+    async def _peek_all(self, hook: NSQHook, remaining: float | None) -> int:
+        """:meth:`_peek` over every nsqd of the connection (through nsqlookupd when it
+        names any): ``min_messages`` shared as one in-flight budget."""
+        consumer = AsyncNSQConsumer(self.topic, self.channel, **hook.consumer_options())
+        held: list[NSQMessage] = []
+        try:
+            await consumer.start(self.min_messages)
+            conns = list(consumer.connections.values())
+            shortest = min((c.server_info.get("msg_timeout") or 0 for c in conns), default=0)
+            ends = time.monotonic() + self._hold_s(shortest, consumer.config, remaining)
+            self.log.info(
+                "Peeking at %s/%s on %s nsqd(s) for up to %.0fs",
+                self.topic,
+                self.channel,
+                len(conns),
+                ends - time.monotonic(),
+            )
+            while len(held) < self.min_messages:
+                left = ends - time.monotonic()
+                if left <= 0:
+                    break
+                held += await consumer.read(min(left, self.read_timeout))
+            consumer.set_max_in_flight(0)  # before the REQ: nsqd must not hand them back
+            consumer.requeue(*held)
+            return len(held)
+        finally:
+            await consumer.close()  # also on cancellation; REQs anything still held
+
     async def _peek(self, config: ClientConfig, remaining: float | None) -> int:
         """Hold up to ``min_messages`` deliveries until that many came or the hold ends,
         then hand them all back; how many there were."""
@@ -241,12 +287,7 @@ class NSQMessageTrigger(BaseTrigger):
         held: list[NSQMessage] = []
         try:
             await conn.connect()
-            msg_timeout_ms = conn.server_info.get("msg_timeout")
-            if not isinstance(msg_timeout_ms, int) or msg_timeout_ms <= 0:
-                msg_timeout_ms = config.msg_timeout_ms or 60_000
-            hold = msg_timeout_ms / 1000 * HOLD_SHARE_OF_MSG_TIMEOUT
-            if remaining is not None:
-                hold = min(hold, remaining)
+            hold = self._hold_s(conn.server_info.get("msg_timeout"), config, remaining)
             ends = time.monotonic() + hold
             await conn.subscribe(self.topic, self.channel)
             conn.ready(min(self.min_messages, conn.max_rdy_count))

@@ -18,12 +18,20 @@ class ClientInfo:
     group: str  # "project", "third-party" or "reference"
     imports: tuple[str, ...] = ()  # third-party packages it needs (from the bench venv)
     airflow: bool = False  # imports Airflow: needs a private AIRFLOW_HOME
+    nsqds: int = 1  # > 1: a topology, that many nsqds found through an nsqlookupd
 
 
 CLIENTS: tuple[ClientInfo, ...] = (
     ClientInfo("blocking", "project_blocking", "project: blocking NSQConnection", "project"),
     ClientInfo("hook", "project_hook", "project: via NSQHook", "project", airflow=True),
     ClientInfo("asyncio", "project_async", "project: AsyncNSQConnection", "project"),
+    ClientInfo(
+        "topology",
+        "project_topology",
+        "project: NSQConsumer, 3 nsqds via lookupd",
+        "project",
+        nsqds=3,
+    ),
     ClientInfo("pynsq", "pynsq_client", "pynsq (tornado)", "third-party", imports=("nsq",)),
     ClientInfo("gnsq", "gnsq_client", "gnsq (gevent)", "third-party", imports=("gnsq",)),
     ClientInfo("plain-socket", "plain_socket", "plain socket (floor)", "reference"),

@@ -45,11 +45,13 @@ class Context:
     port: int
     counts: dict[str, int]
     warmups: dict[str, int]
-    broker_pid: int | None = None
+    broker_pid: int | list[int] | None = None  # a topology's brokers: every pid
     run_id: str = field(default_factory=lambda: f"{os.getpid()}")
     client: str = "client"
     workload: str = ""
     profile_dir: str | None = None  # --profile: cProfile each timed run into this folder
+    nsqds: list[str] = field(default_factory=list)  # a topology's nsqds (TCP host:port)
+    lookupd: str | None = None  # a topology's nsqlookupd (HTTP host:port)
 
     def topic(self, workload: str) -> str:
         return topic_name(workload, self.client, self.run_id)
@@ -61,14 +63,18 @@ class Context:
         return Timer(self.broker_pid, profile)
 
 
-def _broker_cpu_s(pid: int | None) -> float | None:
-    """CPU seconds the broker process has used (all its threads), from /proc (Linux).
+def _broker_cpu_s(pid: int | list[int] | None) -> float | None:
+    """CPU seconds the broker process has used (all its threads), from /proc (Linux);
+    summed over a topology's brokers.
 
     ``schedstat`` counts nanoseconds; ``stat`` only 10 ms ticks, too coarse for a
     sub-second run, so it is the fallback.
     """
     if pid is None:
         return None
+    if isinstance(pid, list):
+        each = [_broker_cpu_s(p) for p in pid]
+        return None if any(c is None for c in each) else sum(c for c in each if c is not None)
     try:
         total_ns = 0
         for task in os.listdir(f"/proc/{pid}/task"):
@@ -95,7 +101,7 @@ class Timer:
     a broker at ~100% (it is one Python process on one core) is broker-bound.
     """
 
-    def __init__(self, broker_pid: int | None, profile_path: str | None = None) -> None:
+    def __init__(self, broker_pid: int | list[int] | None, profile_path: str | None = None) -> None:
         self._broker_pid = broker_pid
         self._t0 = self._cpu0 = 0.0
         self._b0: float | None = None
@@ -196,7 +202,9 @@ def project_config(ctx: Context, **kwargs: Any) -> Any:
     return ClientConfig(host=ctx.host, port=ctx.port, **kwargs)
 
 
-def fill_channel(ctx: Context, topic: str, channel: str, count: int) -> None:
+def fill_channel(
+    ctx: Context, topic: str, channel: str, count: int, nsqd: str | None = None
+) -> None:
     """Create ``topic``/``channel`` and queue ``count`` messages on it, untimed.
 
     The SUB creates the channel before the first message (nsqd copies a message only to
@@ -205,9 +213,13 @@ def fill_channel(ctx: Context, topic: str, channel: str, count: int) -> None:
     """
     from airflow_provider_nsq.client import NSQConnection
 
-    with NSQConnection(project_config(ctx)) as sub:
+    config = project_config(ctx)
+    if nsqd is not None:
+        host, _, port = nsqd.rpartition(":")
+        config = config.replace(host=host, port=int(port))
+    with NSQConnection(config) as sub:
         sub.subscribe(topic, channel)  # RDY stays 0: nothing is delivered to it
-        with NSQConnection(project_config(ctx)) as pub:
+        with NSQConnection(config) as pub:
             batch = [BODY] * MPUB_BATCH
             left = count
             while left > 0:

@@ -33,6 +33,7 @@ ALL_EXTRAS = {
     "msg_timeout_ms": "120000",
     "client_id": "etl-worker",
     "lookupd_http_addresses": "lookupd-1:4161,lookupd-2:4161",
+    "nsqd_tcp_addresses": "nsqd-2:4150,nsqd-3,nsqd.example.com:4155",
     "connect_timeout": "2.5",
     "read_timeout": "7.5",
     "http_port": "4151",
@@ -80,7 +81,7 @@ def _typed(extras: dict[str, str]) -> dict:
             out[key] = int(value)
         elif kind == "number":
             out[key] = float(value)
-        elif key == "lookupd_http_addresses":
+        elif key in ("lookupd_http_addresses", "nsqd_tcp_addresses"):
             out[key] = value.split(",")
         else:
             out[key] = value
@@ -92,6 +93,8 @@ def _check(hook: NSQHook) -> None:
     for name, value in EXPECTED.items():
         assert getattr(config, name) == value, name
     assert hook.lookupd_http_addresses == ["lookupd-1:4161", "lookupd-2:4161"]
+    # host:port first, then the extra's, deduplicated
+    assert hook.nsqd_tcp_addresses == ["nsqd.example.com:4155", "nsqd-2:4150", "nsqd-3:4150"]
     assert hook.http_port == 4151
     assert hook.https_port == 4152
 
@@ -159,6 +162,9 @@ def test_defaults_and_legacy_prefixed_or_blank_extras(monkeypatch):
         ("http_port", True),
         ("client_id", 42),
         ("lookupd_http_addresses", 4161),
+        ("lookupd_http_addresses", "lookupd:http"),
+        ("nsqd_tcp_addresses", ["nsqd-2:4150", 3]),
+        ("nsqd_tcp_addresses", "nsqd-2:port"),
         ("max_body_size", -1),
     ],
 )

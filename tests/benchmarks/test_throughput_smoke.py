@@ -18,6 +18,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
 PROJECT_CLIENTS = ("blocking", "hook", "asyncio")
+TOPOLOGY = "topology"  # NSQConsumer over 3 nsqds and a lookupd: consume only
 WORKLOADS = ("pub", "mpub", "consume", "connect")
 
 
@@ -34,7 +35,12 @@ def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
 
     document = json.loads(out.read_text())
     rows = {(r["client"], r["workload"]): r for r in document["results"]}
-    assert set(rows) == {(c, w) for c in PROJECT_CLIENTS for w in WORKLOADS}
+    assert set(rows) == {(c, w) for c in (*PROJECT_CLIENTS, TOPOLOGY) for w in WORKLOADS}
+    topology = rows.pop((TOPOLOGY, "consume"))
+    assert topology["status"] == "ok", topology.get("reason")
+    assert topology["value"] > 0 and topology["count"] > 0
+    for workload in ("pub", "mpub", "connect"):
+        assert rows.pop((TOPOLOGY, workload))["status"] == "n/a"
     for key, row in rows.items():
         assert row["status"] == "ok", (key, row.get("reason"))
         assert row["value"] > 0, key

@@ -268,3 +268,39 @@ def test_batch_reading_points_to_the_stream_reader(spark: Any) -> None:
     with pytest.raises(Exception, match="readStream"):
         options = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
         spark.read.format("nsq").options(**options).load().collect()
+
+
+def test_nsqd_tcp_addresses_spread_partitions_and_skip_a_dead_nsqd(
+    spark: Any, nsq_topology: Any, nsq_topic: str, tmp_path: Path
+) -> None:
+    from airflow_provider_nsq.client.consumer import NSQConsumer
+    from tests.client.net import closed_port
+
+    topology = nsq_topology(n=2)
+    for nsqd in topology.nsqds:
+        nsqd.create_channel(nsq_topic, "check")
+    dead = f"127.0.0.1:{closed_port()}"
+    texts = [f"row {i}" for i in range(60)]
+    df = spark.createDataFrame([(t,) for t in texts], "value string").repartition(3)
+    summary_file = tmp_path / "summary.json"
+    options = {
+        "nsqd": topology.nsqd_tcp_addresses[0],
+        "nsqd_tcp_addresses": ",".join([dead, *topology.nsqd_tcp_addresses]),
+        "topic": nsq_topic,
+        "summary_file": str(summary_file),
+    }
+
+    save(df, options)
+
+    summary = load_summary(summary_file)
+    assert summary["nsqds"] == [
+        topology.nsqd_tcp_addresses[0],
+        dead,
+        topology.nsqd_tcp_addresses[1],
+    ]
+    # Partition p starts at nsqd p % 3; the dead one's partition failed over to the next.
+    assert {p["nsqd"] for p in summary["per_partition"]} == set(topology.nsqd_tcp_addresses)
+    with NSQConsumer(nsq_topic, "check", nsqd_tcp_addresses=topology.nsqd_tcp_addresses) as c:
+        got = c.consume(max_messages=100, timeout=3)
+    assert sorted(m.body.decode() for m in got) == sorted(texts)
+    assert {m.nsqd for m in got} == set(topology.nsqd_tcp_addresses)

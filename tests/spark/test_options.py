@@ -94,7 +94,7 @@ def test_nsqd_address(raw: str, expected: tuple[str, int]) -> None:
         ({"max_body_size": "-5"}, "max_body_size", "positive"),
         ({"client_id": "  "}, "client_id", "empty"),
         ({"path": "/data"}, "path", "takes no path"),
-        ({"lookupd_http_addresses": "h:4161"}, "lookupd_http_addresses", "one nsqd"),
+        ({"lookupd_http_addresses": "h:4161"}, "lookupd_http_addresses", "not through nsqlookupd"),
         ({"format": "json", "body_column": "v"}, "body_column", "whole row"),
         ({"batch-size": "1"}, "batch-size", "known options: auth_secret"),
     ],
@@ -169,3 +169,14 @@ def test_options_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> 
     }
     parsed = NSQWriteOptions.parse(options)
     assert parsed.client_config().max_body_size == 9_000_000
+
+
+def test_nsqd_tcp_addresses_list_more_nsqds_after_nsqd() -> None:
+    options = NSQWriteOptions.parse({**BASE, "nsqd_tcp_addresses": "a:1, 127.0.0.1:4150 ,b"})
+    assert options.nsqds == ["127.0.0.1:4150", "a:1", "b:4150"]
+    assert options.nsqds_for(0) == ["127.0.0.1:4150", "a:1", "b:4150"]
+    assert options.nsqds_for(4) == ["a:1", "b:4150", "127.0.0.1:4150"]
+    alone = NSQWriteOptions.parse({"topic": "t", "nsqd_tcp_addresses": "a:1,b:2"})
+    assert alone.nsqds == ["a:1", "b:2"]
+    with pytest.raises(NSQOptionError, match="'nsqd_tcp_addresses'"):
+        NSQWriteOptions.parse({**BASE, "nsqd_tcp_addresses": "a:http"})

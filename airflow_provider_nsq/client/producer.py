@@ -1,0 +1,161 @@
+"""``NSQProducer``: publish to the first nsqd of an ordered list that accepts a connection.
+
+Publishers write to a nearby nsqd and fail over when it is down. The line that must
+never be crossed is a silent double publish: once any byte of a PUB/DPUB/MPUB may have
+reached an nsqd, only its OK tells whether it was taken. So:
+
+- a failure before anything of the command was written (the connection could not be
+  opened, or the kept one was found closed and could not be reopened) moves on to the
+  next nsqd in the list;
+- a failure after the command was written (no OK seen: reset, close, timeout) raises
+  :class:`NSQConnectionError` saying the outcome is unknown, and tries no other nsqd:
+  the task's retry gives at-least-once, with a possible duplicate the caller knows of;
+- an error frame (``E_BAD_TOPIC``, ``E_PUB_FAILED`` ...) is nsqd's answer: raised as is.
+
+The connection in use is kept while it lives (or can be reopened to the same nsqd);
+when it cannot, the list is tried again from the top, so publishing returns to the
+first nsqd once it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQValueError
+from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from .blocking import NSQConnection
+from .config import ClientConfig
+from .driver import with_context
+from .lookupd import parse_addresses
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Failures of a connection attempt: the next nsqd is tried.
+_UNREACHABLE = (NSQConnectionError, NSQTimeoutError)
+
+
+def nsqd_addresses(config: ClientConfig, extra: Sequence[str] | str = ()) -> list[str]:
+    """A connection's nsqds in order: ``config``'s host:port first, then ``extra``
+    (``nsqd_tcp_addresses``), without duplicates, each as ``host:port``."""
+    out = [config.address]
+    for raw in parse_addresses(extra, "nsqd_tcp_addresses"):
+        address = format_address(
+            *parse_address(raw, DEFAULT_NSQD_TCP_PORT, "nsqd_tcp_addresses entry")
+        )
+        if address not in out:
+            out.append(address)
+    return out
+
+
+class NSQProducer:
+    """A blocking publisher over an ordered failover list of nsqds.
+
+    :param addresses: the nsqds' TCP addresses (``host:port``), in order of preference.
+    :param config: settings shared by every connection (host and port are replaced).
+    """
+
+    def __init__(self, addresses: Sequence[str] | str, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        listed = parse_addresses(addresses, "nsqd_tcp_addresses")
+        if not listed:
+            raise NSQValueError("NSQProducer needs at least one nsqd TCP address")
+        self.addresses: list[str] = []
+        self._configs: dict[str, ClientConfig] = {}
+        for raw in listed:
+            host, port = parse_address(raw, DEFAULT_NSQD_TCP_PORT, "nsqd_tcp_addresses entry")
+            address = format_address(host, port)
+            if address not in self._configs:
+                self.addresses.append(address)
+                self._configs[address] = self.config.replace(host=host, port=port)
+        self._conn: NSQConnection | None = None
+        self._past_connects = 0  # of connections dropped already
+
+    def __repr__(self) -> str:
+        return f"<NSQProducer {', '.join(self.addresses)} using {self.address or 'none yet'}>"
+
+    def __enter__(self) -> NSQProducer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def connects(self) -> int:
+        """TCP connections opened so far (reopens included)."""
+        return self._past_connects + (self._conn.connects if self._conn is not None else 0)
+
+    @property
+    def address(self) -> str | None:
+        """The nsqd publishes go to now (None before the first)."""
+        return self._conn.config.address if self._conn is not None else None
+
+    def connection(self) -> NSQConnection:
+        """A live connection: the one in use, or the first nsqd that accepts one."""
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn._prepare_publish()  # reads heartbeats; reopens it if nsqd closed it
+                return conn
+            except _UNREACHABLE as exc:
+                log.warning("nsqd at %s is unusable (%s): failing over", conn.config.address, exc)
+                self._drop()
+        failures: list[tuple[str, NSQError]] = []
+        for address in self.addresses:
+            conn = NSQConnection(self._configs[address])
+            try:
+                conn.connect()
+            except _UNREACHABLE as exc:
+                failures.append((address, exc))
+                if len(self.addresses) > 1:
+                    log.warning("nsqd at %s skipped for publishing: %s", address, exc)
+                continue
+            self._conn = conn
+            return conn
+        if len(failures) == 1:
+            raise failures[0][1]  # one nsqd: its own error, as a plain connection raises it
+        raise NSQConnectionError(
+            "no nsqd accepted a connection: " + "; ".join(f"{a} ({e})" for a, e in failures)
+        )
+
+    def close(self) -> None:
+        self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._past_connects += self._conn.connects
+            self._conn.close()
+            self._conn = None
+
+    def _send(self, command: str, write: Callable[[NSQConnection], T]) -> T:
+        conn = self.connection()
+        try:
+            return write(conn)
+        except _UNREACHABLE as exc:
+            if len(self.addresses) == 1:
+                raise  # nowhere to fail over to: the driver's error says it all
+            self._drop()
+            suffix = (
+                f"({command} was written to nsqd at {conn.config.address} and no OK came "
+                "back: the outcome is unknown, so it was not sent to another nsqd; a retry "
+                "may publish it twice)"
+            )
+            if isinstance(exc, NSQConnectionError):
+                raise with_context(exc, suffix) from exc
+            raise NSQConnectionError(f"{exc} {suffix}") from exc
+
+    def publish(self, topic: str, body: bytes) -> None:
+        """PUB one message; returns after nsqd's OK."""
+        self._send("PUB", lambda conn: conn.publish(topic, body))
+
+    def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
+        """DPUB: delivered ``delay_ms`` after it is published."""
+        self._send("DPUB", lambda conn: conn.defer_publish(topic, body, delay_ms))
+
+    def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
+        """MPUB in as few frames as fit nsqd's limits (all to one nsqd); the frame count."""
+        batch = list(bodies)
+        return self._send("MPUB", lambda conn: conn.multi_publish(topic, batch))

@@ -1,0 +1,129 @@
+"""How a consumer shares one in-flight budget (RDY) across its nsqd connections.
+
+go-nsq, pynsq and gnsq give each connection ``max(1, max_in_flight // connections)``;
+go-nsq drops the remainder (go-nsq #378), gnsq spreads it. Here the remainder is spread
+too (starting at a rotating offset, so no connection always gets the short share), and
+the split follows where the messages are:
+
+- what a connection holds unanswered stays counted against the budget (its RDY never
+  drops below it), so the messages in flight across all connections never exceed the
+  budget;
+- every connection keeps at least one RDY beyond what it holds while the budget allows
+  it (``budget >= connections``), so a producer that was quiet is noticed as soon as it
+  has messages again: none is starved;
+- the rest goes to the *busy* connections (a message arrived recently, or everything
+  they were allowed is in flight): an nsqd with a backlog is not held to an even share
+  while the others are empty;
+- with fewer spare RDY than connections, they go one each in turn from the offset
+  (callers advance it now and then, so every producer gets its turn; a window serves
+  the busy ones first);
+- never above any nsqd's ``max_rdy_count`` (from its IDENTIFY response);
+- moving RDY from one connection to another takes two steps (:func:`keep_within`): nsqd
+  may already have sent a connection what its old RDY allowed, so what is taken away is
+  given to another only once that has had time to arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def _spread(counts: list[int], limits: Sequence[int], takers: Sequence[int], spare: int) -> int:
+    """Share ``spare`` evenly over ``takers`` (in their order), within ``limits``;
+    returns what could not be placed."""
+    while spare > 0:
+        room = [i for i in takers if counts[i] < limits[i]]
+        if not room:
+            break
+        base, extra = divmod(spare, len(room))
+        for k, i in enumerate(room):
+            add = min(base + (1 if k < extra else 0), limits[i] - counts[i])
+            counts[i] += add
+            spare -= add
+    return spare
+
+
+def plan_ready(
+    budget: int,
+    in_flight: Sequence[int],
+    limits: Sequence[int],
+    busy: Sequence[bool],
+    offset: int = 0,
+    *,
+    keep_one_each: bool = True,
+) -> list[int]:
+    """The RDY count for each connection.
+
+    :param budget: messages that may be in flight across all connections.
+    :param in_flight: per connection, messages delivered and not yet answered.
+    :param limits: per connection, nsqd's ``max_rdy_count``.
+    :param busy: per connection, whether it has been delivering (it gets the spare).
+    :param offset: where the round-robin starts (rotate it to share remainders).
+    :param keep_one_each: give quiet connections one RDY beyond what they hold (long-lived
+        consumers: never starve a producer). Off for a short window, where every RDY
+        parked on an empty nsqd is a message the window cannot take from a busy one.
+    """
+    n = len(limits)
+    if n == 0:
+        return []
+    held = [max(f, 0) for f in in_flight]
+    if budget <= 0:
+        return [0] * n  # paused
+    spare = budget - sum(held)
+    # What a connection holds stays counted: RDY is a cap on its messages in flight, so
+    # nsqd refills a connection by itself as its messages are answered.
+    counts = []
+    left = budget
+    for h, lim in zip(held, limits, strict=True):
+        counts.append(min(h, lim, left))
+        left -= counts[-1]
+    if spare <= 0:
+        return counts  # full: no more deliveries until messages are answered
+    order = [(offset + k) % n for k in range(n)]
+    takers = [i for i in order if busy[i]]
+    if spare < n:
+        # One each, in turn (a window serves the busy ones first: they have messages).
+        if not keep_one_each:
+            order = takers + [i for i in order if not busy[i]]
+        for i in order:
+            if spare == 0:
+                break
+            if counts[i] < limits[i]:
+                counts[i] += 1
+                spare -= 1
+        return counts
+    if keep_one_each or not takers:
+        for i in order:
+            if counts[i] < limits[i]:
+                counts[i] += 1
+                spare -= 1
+    spare = _spread(counts, limits, takers or order, spare)
+    _spread(counts, limits, order, spare)  # what the takers' limits left over
+    return counts
+
+
+def keep_within(budget: int, planned: Sequence[int], committed: Sequence[int]) -> list[int]:
+    """``planned`` with its raises trimmed so that nothing nsqd may send exceeds ``budget``.
+
+    ``committed[i]`` is what connection ``i`` may still receive whatever its new RDY: what
+    it holds, and the RDY it had (nsqd may have sent up to that before it reads a lower
+    one; a lowered RDY stays committed for a while). A lowered connection frees its share
+    only for a later plan; a raise is kept only where the budget has room now. The largest
+    raises give way first.
+    """
+    counts = list(planned)
+    over = sum(max(c, k) for c, k in zip(counts, committed, strict=True)) - budget
+    if over <= 0:
+        return counts
+    raised = sorted(
+        (i for i, (c, k) in enumerate(zip(counts, committed, strict=True)) if c > k),
+        key=lambda i: counts[i] - committed[i],
+        reverse=True,
+    )
+    for i in raised:
+        take = min(over, counts[i] - committed[i])
+        counts[i] -= take
+        over -= take
+        if over == 0:
+            break
+    return counts

@@ -1,0 +1,99 @@
+"""``NSQProducer``: failover before the command is written, never after it."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_nsq.client import ClientConfig
+from airflow_provider_nsq.client.producer import NSQProducer, nsqd_addresses
+from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError
+from tests.client.net import TCPProxy, closed_port
+from tests.client.scripted_nsqd import Peer, ScriptedNSQD
+
+
+def depth(nsqd, topic: str) -> int:
+    stats = nsqd.topic_stats(topic)
+    return stats["depth"] if stats else 0
+
+
+def test_a_dead_first_nsqd_is_skipped_and_the_publish_lands_on_the_next(
+    nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=2)
+    dead = f"127.0.0.1:{closed_port()}"
+    with NSQProducer([dead, *topology.nsqd_tcp_addresses]) as producer:
+        producer.publish(nsq_topic, b"one")
+        producer.defer_publish(nsq_topic, b"two", 0)
+        assert producer.multi_publish(nsq_topic, [b"three", b"four"]) == 1
+        assert producer.address == topology.nsqd_tcp_addresses[0]
+    first, second = topology.nsqds
+    first.wait_for(lambda: depth(first, nsq_topic) == 4)
+    assert depth(second, nsq_topic) == 0
+
+
+def test_when_the_nsqd_in_use_goes_away_the_next_publish_fails_over(
+    nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=2)
+    first, second = topology.nsqds
+    proxy = TCPProxy(first.host, first.tcp_port)
+    with NSQProducer([proxy.address, second.tcp_address]) as producer:
+        producer.publish(nsq_topic, b"via the first")
+        proxy.cut()
+        # nsqd's side is gone (EOF waiting): found before anything is written.
+        first.wait_for(lambda: producer._conn is not None and producer._conn._readable())
+        producer.publish(nsq_topic, b"via the second")
+        assert producer.address == second.tcp_address
+    first.wait_for(lambda: depth(first, nsq_topic) == 1 and depth(second, nsq_topic) == 1)
+
+
+def test_a_failure_after_the_command_was_written_is_an_unknown_outcome_not_a_retry(
+    nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=1)
+
+    def swallow(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command()[0] == f"PUB {nsq_topic}"
+        peer.reset()  # no OK: did it get the message? Nobody can tell.
+
+    with ScriptedNSQD(swallow) as server:
+        addresses = [f"127.0.0.1:{server.port}", *topology.nsqd_tcp_addresses]
+        with NSQProducer(addresses) as producer, pytest.raises(NSQConnectionError) as info:
+            producer.publish(nsq_topic, b"maybe")
+    text = str(info.value)
+    assert "outcome is unknown" in text and f"127.0.0.1:{server.port}" in text
+    assert depth(topology.nsqds[0], nsq_topic) == 0  # not sent again elsewhere
+
+
+def test_nsqds_refusal_is_its_answer_not_a_reason_to_fail_over(nsq_topology, nsq_topic) -> None:
+    topology = nsq_topology(n=1)
+
+    def refuse(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        peer.send_error("E_PUB_FAILED", "PUB failed exiting")
+
+    with ScriptedNSQD(refuse) as server:
+        addresses = [f"127.0.0.1:{server.port}", *topology.nsqd_tcp_addresses]
+        with NSQProducer(addresses) as producer, pytest.raises(NSQServerError) as info:
+            producer.publish(nsq_topic, b"x")
+    assert info.value.code == "E_PUB_FAILED"
+    assert depth(topology.nsqds[0], nsq_topic) == 0
+
+
+def test_no_nsqd_reachable_names_each() -> None:
+    dead = [f"127.0.0.1:{closed_port()}", f"127.0.0.1:{closed_port()}"]
+    with pytest.raises(NSQConnectionError) as info:
+        NSQProducer(dead).publish("t", b"x")
+    assert all(a in str(info.value) for a in dead)
+    single = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(NSQConnectionError, match=f"nsqd at {single}"):
+        NSQProducer([single]).publish("t", b"x")
+
+
+def test_a_connections_nsqd_list_is_its_host_first_then_the_extra_deduplicated() -> None:
+    config = ClientConfig(host="a", port=4150)
+    assert nsqd_addresses(config) == ["a:4150"]
+    assert nsqd_addresses(config, "b:1, a:4150, c, b:1") == ["a:4150", "b:1", "c:4150"]
+    assert nsqd_addresses(config, ["[::1]:5"]) == ["a:4150", "[::1]:5"]
