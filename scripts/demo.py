@@ -318,14 +318,16 @@ def run_dag(dag: Any, conf: dict[str, Any]) -> Any:
     return dag_run
 
 
-def read_back(host: str, port: int, topic: str, expected: int) -> list[dict[str, Any]]:
-    from airflow_provider_nsq.client import ClientConfig, NSQConnection
+def read_back(nsq: NSQ, topic: str, expected: int) -> list[dict[str, Any]]:
+    """What a consumer of ``topic`` gets from every nsqd (the Spark writer spreads its
+    partitions over them)."""
+    from airflow_provider_nsq.client.consumer import NSQConsumer
 
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + 30
     while len(got) < expected and time.monotonic() < deadline:
-        with NSQConnection(ClientConfig(host=host, port=port)) as conn:
-            messages = conn.consume(topic, "demo-readback", max_messages=100, timeout=2.0)
+        with NSQConsumer(topic, "demo-readback", nsqd_tcp_addresses=nsq.addresses) as consumer:
+            messages = consumer.consume(max_messages=100, timeout=2.0)
         got.extend(json.loads(m.body) for m in messages)
     return got
 
@@ -341,7 +343,6 @@ def run(args: argparse.Namespace) -> None:
     try:
         step("Starting the NSQ broker")
         with broker(args) as nsq:
-            host, port = nsq.host, nsq.port
             print(f"    using {nsq.description}", flush=True)
             # A shared nsqd may hold channels and messages from earlier runs: use fresh
             # topics there. The embedded broker starts empty, so plain names read best.
@@ -412,10 +413,10 @@ def run(args: argparse.Namespace) -> None:
             step(f"Reading the results back from {topics['results_topic']}")
             expected = len(dags.PIPELINES)
             results = sorted(
-                read_back(host, port, topics["results_topic"], expected),
+                read_back(nsq, topics["results_topic"], expected),
                 key=lambda r: r.get("pipeline", ""),
             )
-            done = read_back(host, port, topics["done_topic"], 1)
+            done = read_back(nsq, topics["done_topic"], 1)
 
             aggregated = sum(int(r.get("events", 0)) for r in results)
             print()
@@ -458,8 +459,8 @@ def run(args: argparse.Namespace) -> None:
             )
             streamed = run_dag(stream_dags.stream_gate_dag, {**topics, "channel": STREAM_CHANNEL})
             job = xcom(streamed, "read_job_summary") or {}
-            stream_results = read_back(host, port, topics["results_topic"], expected)
-            stream_done = read_back(host, port, topics["done_topic"], 1)
+            stream_results = read_back(nsq, topics["results_topic"], expected)
+            stream_done = read_back(nsq, topics["done_topic"], 1)
             stream_rows = sum(int(r.get("events", 0)) for r in stream_results)
             print()
             print("Summary (stream gate)")
