@@ -2,8 +2,8 @@
 
 Spark executors get this package installed with ``pip install --no-deps`` (or zipped as
 ``--py-files``), not Airflow. This test builds such an environment: a venv whose
-site-packages holds only pyspark, py4j, pyarrow, python-snappy (cramjam) and this
-package, linked from the test environment as ``pip install --no-deps`` would install them.
+site-packages holds only pyspark, py4j, pyarrow, python-snappy (cramjam), h11 and
+this package, linked from the test environment as ``pip install --no-deps`` would install them.
 A Spark application then runs entirely in it (driver, the stream source's process and the
 executors' workers: ``PYSPARK_PYTHON``), writes a topic with the data source, reads it
 back with the stream reader, and checks that ``import airflow`` fails everywhere.
@@ -28,7 +28,7 @@ import airflow_provider_nsq
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # What the executors need: the data source's own imports, nothing of Airflow.
-EXECUTOR_PACKAGES = ("pyspark", "py4j", "pyarrow", "snappy", "cramjam")
+EXECUTOR_PACKAGES = ("pyspark", "py4j", "pyarrow", "snappy", "cramjam", "h11")
 
 JOB = textwrap.dedent(
     """
@@ -97,7 +97,7 @@ def python_without_airflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
         top = entry.name.lower()
         if top in EXECUTOR_PACKAGES or (
             entry.suffix == ".dist-info"
-            and name in {"pyspark", "py4j", "pyarrow", "python_snappy", "cramjam"}
+            and name in {"pyspark", "py4j", "pyarrow", "python_snappy", "cramjam", "h11"}
         ):
             (target / entry.name).symlink_to(entry)
     package = Path(airflow_provider_nsq.__file__).resolve().parent
