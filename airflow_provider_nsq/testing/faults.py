@@ -33,7 +33,6 @@ It runs in a background thread with its own event loop and binds 127.0.0.1 by de
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import random
 import socket
@@ -44,6 +43,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
+
+from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
+from .loop_thread import LoopThread
 
 __all__ = [
     "Fault",
@@ -475,8 +477,7 @@ class FaultProxy:
         port: int = 0,
     ) -> None:
         if isinstance(upstream, str):
-            up_host, _, up_port = upstream.rpartition(":")
-            upstream = (up_host or "127.0.0.1", int(up_port))
+            upstream = parse_address(upstream, DEFAULT_NSQD_TCP_PORT, "upstream")
         self.upstream = upstream
         self.policy = policy
         self.host = host
@@ -489,9 +490,7 @@ class FaultProxy:
         self._plans: deque[Sequence[Fault]] = deque()
         self._links: set[_Link] = set()
         self._server: asyncio.AbstractServer | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped: asyncio.Event | None = None
+        self._runner: LoopThread[FaultProxy] = LoopThread("nsq-fault-proxy")
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -510,34 +509,12 @@ class FaultProxy:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> FaultProxy:
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=self._run, args=(ready,), name="nsq-fault-proxy", daemon=True
-        )
-        self._thread.start()
-        try:
-            ready.result(timeout=30)
-        except BaseException:
-            self._thread.join(5)
-            self._thread = None
-            raise
+        self._runner.start(self._open, FaultProxy._close)
         return self
 
     def stop(self) -> None:
         """Close every connection and the listener, and join the thread."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        if self._stopped is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._stopped.set)
-            except RuntimeError:
-                pass
-        thread.join(30)
-        self._thread = None
-        self._loop = None
+        self._runner.stop()
 
     def __enter__(self) -> FaultProxy:
         return self.start()
@@ -550,23 +527,11 @@ class FaultProxy:
     ) -> None:
         self.stop()
 
-    def _run(self, ready: concurrent.futures.Future[None]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main(ready))
-        finally:
-            loop.close()
+    async def _open(self) -> FaultProxy:
+        await self._listen()
+        return self
 
-    async def _main(self, ready: concurrent.futures.Future[None]) -> None:
-        self._stopped = asyncio.Event()
-        try:
-            await self._listen()
-        except BaseException as exc:
-            ready.set_exception(exc)
-            return
-        ready.set_result(None)
-        await self._stopped.wait()
+    async def _close(self) -> None:
         await self._unlisten()
         for task in list(self._tasks):
             task.cancel()
@@ -632,17 +597,13 @@ class FaultProxy:
     # -- control (thread-safe) -------------------------------------------------------------
 
     def _call(self, fn: Callable[[], Any], timeout: float = 10.0) -> Any:
-        loop = self._loop
-        if loop is None:
-            raise RuntimeError("the fault proxy is not running; call start() first")
-
-        async def run() -> Any:
+        async def run(_: FaultProxy) -> Any:
             result = fn()
             if asyncio.iscoroutine(result):
                 result = await result
             return result
 
-        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+        return self._runner.run(run, timeout)
 
     def next_connection(self, *faults: Fault) -> None:
         """Plan ``faults`` for the next connection accepted (calls queue up: one plan per

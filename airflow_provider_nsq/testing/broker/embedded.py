@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ..loop_thread import LoopThread
 from .options import BrokerOptions
 from .server import Broker
 
@@ -31,10 +29,12 @@ class EmbeddedNSQD:
     def __init__(self, options: BrokerOptions | None = None, **kwargs: Any) -> None:
         base = options if options is not None else BrokerOptions()
         self.options = base.replace(**kwargs) if kwargs else base
-        self.broker: Broker | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped: asyncio.Event | None = None
+        self._runner: LoopThread[Broker] = LoopThread("embedded-nsqd")
+
+    @property
+    def broker(self) -> Broker | None:
+        """The running broker (None when stopped): use it on its loop only, via :meth:`call`."""
+        return self._runner.service
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -68,66 +68,29 @@ class EmbeddedNSQD:
         return f"{self.host}:{port}" if port else None
 
     def _started(self) -> Broker:
-        if self.broker is None or self._thread is None:
+        broker = self._runner.service
+        if broker is None:
             raise RuntimeError("the embedded nsqd is not running; call start() first")
-        return self.broker
+        return broker
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> EmbeddedNSQD:
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=self._run, args=(ready,), name="embedded-nsqd", daemon=True
-        )
-        self._thread.start()
-        try:
-            ready.result(timeout=30)
-        except BaseException:
-            self._thread.join(5)
-            self._thread = None
-            raise
+        self._runner.start(self._open, Broker.stop)
         return self
 
-    def _run(self, ready: concurrent.futures.Future[None]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main(ready))
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-
-    async def _main(self, ready: concurrent.futures.Future[None]) -> None:
-        self._stopped = asyncio.Event()
+    async def _open(self) -> Broker:
         broker = Broker(self.options)
         try:
             await broker.start()
-        except BaseException as exc:
+        except BaseException:
             await broker.stop()
-            ready.set_exception(exc)
-            return
-        self.broker = broker
-        ready.set_result(None)
-        await self._stopped.wait()
-        await broker.stop()
+            raise
+        return broker
 
     def stop(self) -> None:
         """Stop the broker, close every connection and join the thread."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        if self._stopped is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._stopped.set)
-            except RuntimeError:  # the loop already stopped
-                pass
-        thread.join(30)
-        self._thread = None
-        self._loop = None
+        self._runner.stop()
 
     def __enter__(self) -> EmbeddedNSQD:
         return self.start()
@@ -144,13 +107,7 @@ class EmbeddedNSQD:
 
     def call(self, fn: Callable[[Broker], T], timeout: float = 10.0) -> T:
         """Run ``fn(broker)`` on the broker's loop and return its result."""
-        broker = self._started()
-        assert self._loop is not None
-
-        async def run() -> T:
-            return fn(broker)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+        return self._runner.call(fn, timeout)
 
     def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
         """The ``/stats?format=json`` document, read without HTTP."""

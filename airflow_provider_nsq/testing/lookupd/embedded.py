@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
 from ..http_api import APIError
+from ..loop_thread import LoopThread
 from . import api
 from .options import LookupdOptions
 from .server import Lookupd
@@ -33,10 +31,12 @@ class EmbeddedNSQLookupd:
     def __init__(self, options: LookupdOptions | None = None, **kwargs: Any) -> None:
         base = options if options is not None else LookupdOptions()
         self.options = base.replace(**kwargs) if kwargs else base
-        self.lookupd: Lookupd | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped: asyncio.Event | None = None
+        self._runner: LoopThread[Lookupd] = LoopThread("embedded-nsqlookupd")
+
+    @property
+    def lookupd(self) -> Lookupd | None:
+        """The running lookupd (None when stopped): use it on its loop only, via :meth:`call`."""
+        return self._runner.service
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -63,67 +63,29 @@ class EmbeddedNSQLookupd:
         return f"{self.host}:{self.http_port}"
 
     def _started(self) -> Lookupd:
-        if self.lookupd is None or self._thread is None:
+        lookupd = self._runner.service
+        if lookupd is None:
             raise RuntimeError("the embedded nsqlookupd is not running; call start() first")
-        return self.lookupd
+        return lookupd
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> EmbeddedNSQLookupd:
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=self._run, args=(ready,), name="embedded-nsqlookupd", daemon=True
-        )
-        self._thread.start()
-        try:
-            ready.result(timeout=30)
-        except BaseException:
-            self._thread.join(5)
-            self._thread = None
-            raise
+        self._runner.start(self._open, Lookupd.stop)
         return self
 
-    def _run(self, ready: concurrent.futures.Future[None]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main(ready))
-        finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-
-    async def _main(self, ready: concurrent.futures.Future[None]) -> None:
-        self._stopped = asyncio.Event()
+    async def _open(self) -> Lookupd:
         lookupd = Lookupd(self.options)
         try:
             await lookupd.start()
-        except BaseException as exc:
+        except BaseException:
             await lookupd.stop()
-            ready.set_exception(exc)
-            return
-        self.lookupd = lookupd
-        ready.set_result(None)
-        await self._stopped.wait()
-        await lookupd.stop()
+            raise
+        return lookupd
 
     def stop(self) -> None:
         """Stop the lookupd, close every connection (the nsqds see EOF) and join."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        if self._stopped is not None and not loop.is_closed():
-            try:
-                loop.call_soon_threadsafe(self._stopped.set)
-            except RuntimeError:  # the loop already stopped
-                pass
-        thread.join(30)
-        self._thread = None
-        self._loop = None
-        self.lookupd = None
+        self._runner.stop()
 
     def __enter__(self) -> EmbeddedNSQLookupd:
         return self.start()
@@ -140,13 +102,7 @@ class EmbeddedNSQLookupd:
 
     def call(self, fn: Callable[[Lookupd], T], timeout: float = 10.0) -> T:
         """Run ``fn(lookupd)`` on the lookupd's loop and return its result."""
-        lookupd = self._started()
-        assert self._loop is not None
-
-        async def run() -> T:
-            return fn(lookupd)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+        return self._runner.call(fn, timeout)
 
     def producers(self, topic: str) -> list[dict[str, Any]]:
         """``/lookup``'s producers of ``topic`` (``[]`` if unknown), read without HTTP."""
