@@ -20,9 +20,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from .lifecycle import StartStop
 
 __all__ = ["AuthRequest", "AuthServer", "StaticAuthorizer", "allow_all"]
 
@@ -75,7 +76,7 @@ class StaticAuthorizer:
         return copy.deepcopy(answer)
 
 
-class AuthServer:
+class AuthServer(StartStop):
     """An nsqd-compatible auth HTTP server on 127.0.0.1 (``GET /auth``), in a thread.
 
     ``address`` is ``"127.0.0.1:PORT"`` for ``auth_http_address`` / nsqd's
@@ -155,14 +156,3 @@ class AuthServer:
             self._thread.join(5)
         self._server = None
         self._thread = None
-
-    def __enter__(self) -> AuthServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

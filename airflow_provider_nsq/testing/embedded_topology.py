@@ -15,14 +15,14 @@ The pytest fixture ``nsq_topology`` builds the same (or uses real daemons).
 from __future__ import annotations
 
 import time
-from types import TracebackType
 from typing import Any
 
 from .broker import EmbeddedNSQD
+from .lifecycle import StartStop
 from .lookupd import EmbeddedNSQLookupd
 
 
-class EmbeddedTopology:
+class EmbeddedTopology(StartStop):
     """An :class:`EmbeddedNSQLookupd` and ``n`` :class:`EmbeddedNSQD` registered with it.
 
     ``broker_options`` are :class:`~.broker.BrokerOptions` fields for every nsqd. With
@@ -83,17 +83,6 @@ class EmbeddedTopology:
         if self.lookupd is not None:
             self.lookupd.stop()
             self.lookupd = None
-
-    def __enter__(self) -> EmbeddedTopology:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def wait_for_producers(
         self, topic: str, count: int | None = None, timeout: float = 10.0

@@ -41,11 +41,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
-from .loop_thread import LoopThread
+from .loop_thread import ServiceOnLoop
 
 __all__ = [
     "Fault",
@@ -458,7 +457,7 @@ class _Link:
 _FIRED = Fault("cut", nth=1 << 62)  # a fired fault's slot: never matches again
 
 
-class FaultProxy:
+class FaultProxy(ServiceOnLoop["FaultProxy"]):
     """A TCP proxy on 127.0.0.1 that injects faults; see the module docstring.
 
     :param upstream: the server, ``"host:port"`` or ``(host, port)``.
@@ -467,6 +466,8 @@ class FaultProxy:
     :param host: the address to listen on.
     :param port: the port to listen on (0: a free one).
     """
+
+    thread_name = "nsq-fault-proxy"
 
     def __init__(
         self,
@@ -490,8 +491,8 @@ class FaultProxy:
         self._plans: deque[Sequence[Fault]] = deque()
         self._links: set[_Link] = set()
         self._server: asyncio.AbstractServer | None = None
-        self._runner: LoopThread[FaultProxy] = LoopThread("nsq-fault-proxy")
         self._tasks: set[asyncio.Task[None]] = set()
+        super().__init__()
 
     @property
     def address(self) -> str:
@@ -508,30 +509,11 @@ class FaultProxy:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self) -> FaultProxy:
-        self._runner.start(self._open, FaultProxy._close)
-        return self
-
-    def stop(self) -> None:
-        """Close every connection and the listener, and join the thread."""
-        self._runner.stop()
-
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     async def _open(self) -> FaultProxy:
         await self._listen()
         return self
 
-    async def _close(self) -> None:
+    async def _close(self, service: FaultProxy) -> None:
         await self._unlisten()
         for task in list(self._tasks):
             task.cancel()

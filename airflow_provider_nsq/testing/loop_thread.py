@@ -5,7 +5,7 @@ from ordinary, blocking code. Each runs on a loop of its own in a background thr
 :class:`LoopThread` is that thread, written once. It opens the service on the loop
 (an error while opening is raised in the caller's thread), keeps the loop running until
 :meth:`LoopThread.stop`, closes the service there, and runs calls on the loop for the
-caller (:meth:`LoopThread.call`).
+caller (:meth:`LoopThread.call`). :class:`ServiceOnLoop` is the base of the servers that use it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from .lifecycle import StartStop
 
 S = TypeVar("S")
 T = TypeVar("T")
+_Self = TypeVar("_Self", bound="ServiceOnLoop[Any]")
 
 #: How long starting or stopping may take before the caller gives up.
 START_TIMEOUT_S = 30.0
@@ -131,3 +134,39 @@ class LoopThread(Generic[S]):
             return await fn(service)
 
         return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+
+
+class ServiceOnLoop(StartStop, Generic[S]):
+    """Base of a test server that runs on its own :class:`LoopThread`: ``start()``,
+    ``stop()``, ``with``, and :meth:`call` onto its loop. Subclasses say how the service
+    opens (cleaning up after themselves when that fails) and closes."""
+
+    #: the thread's name, and what error messages call the server
+    thread_name = "service"
+
+    def __init__(self) -> None:
+        self._runner: LoopThread[S] = LoopThread(self.thread_name)
+
+    async def _open(self) -> S:
+        raise NotImplementedError
+
+    async def _close(self, service: S) -> None:
+        raise NotImplementedError
+
+    def start(self: _Self) -> _Self:
+        self._runner.start(self._open, self._close)
+        return self
+
+    def stop(self) -> None:
+        """Close the service, its listeners and connections, and join the thread."""
+        self._runner.stop()
+
+    def _started(self) -> S:
+        service = self._runner.service
+        if service is None:
+            raise RuntimeError(f"the {self.thread_name} is not running; call start() first")
+        return service
+
+    def call(self, fn: Callable[[S], T], timeout: float = 10.0) -> T:
+        """Run ``fn(service)`` on the service's loop and return its result."""
+        return self._runner.call(fn, timeout)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
-from ..loop_thread import LoopThread
+from ..loop_thread import ServiceOnLoop
 from .options import BrokerOptions
 from .server import Broker
 
 T = TypeVar("T")
 
 
-class EmbeddedNSQD:
+class EmbeddedNSQD(ServiceOnLoop[Broker]):
     """An nsqd-compatible broker on free 127.0.0.1 ports, in a background thread.
 
     ::
@@ -26,10 +24,12 @@ class EmbeddedNSQD:
     underscores). For tests and demos only: in memory, no disk persistence.
     """
 
+    thread_name = "embedded-nsqd"
+
     def __init__(self, options: BrokerOptions | None = None, **kwargs: Any) -> None:
         base = options if options is not None else BrokerOptions()
         self.options = base.replace(**kwargs) if kwargs else base
-        self._runner: LoopThread[Broker] = LoopThread("embedded-nsqd")
+        super().__init__()
 
     @property
     def broker(self) -> Broker | None:
@@ -67,17 +67,10 @@ class EmbeddedNSQD:
         port = self.https_port
         return f"{self.host}:{port}" if port else None
 
-    def _started(self) -> Broker:
-        broker = self._runner.service
-        if broker is None:
-            raise RuntimeError("the embedded nsqd is not running; call start() first")
-        return broker
-
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> EmbeddedNSQD:
-        self._runner.start(self._open, Broker.stop)
-        return self
+    async def _close(self, broker: Broker) -> None:
+        await broker.stop()
 
     async def _open(self) -> Broker:
         broker = Broker(self.options)
@@ -88,26 +81,7 @@ class EmbeddedNSQD:
             raise
         return broker
 
-    def stop(self) -> None:
-        """Stop the broker, close every connection and join the thread."""
-        self._runner.stop()
-
-    def __enter__(self) -> EmbeddedNSQD:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- thread-safe access ------------------------------------------------------------
-
-    def call(self, fn: Callable[[Broker], T], timeout: float = 10.0) -> T:
-        """Run ``fn(broker)`` on the broker's loop and return its result."""
-        return self._runner.call(fn, timeout)
 
     def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
         """The ``/stats?format=json`` document, read without HTTP."""

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from ..http_api import APIError
-from ..loop_thread import LoopThread
+from ..loop_thread import ServiceOnLoop
 from . import api
 from .options import LookupdOptions
 from .server import Lookupd
@@ -15,7 +13,7 @@ from .server import Lookupd
 T = TypeVar("T")
 
 
-class EmbeddedNSQLookupd:
+class EmbeddedNSQLookupd(ServiceOnLoop[Lookupd]):
     """An nsqlookupd-compatible server on free 127.0.0.1 ports, in a background thread.
 
     ::
@@ -28,10 +26,12 @@ class EmbeddedNSQLookupd:
     underscores, durations in milliseconds).
     """
 
+    thread_name = "embedded-nsqlookupd"
+
     def __init__(self, options: LookupdOptions | None = None, **kwargs: Any) -> None:
         base = options if options is not None else LookupdOptions()
         self.options = base.replace(**kwargs) if kwargs else base
-        self._runner: LoopThread[Lookupd] = LoopThread("embedded-nsqlookupd")
+        super().__init__()
 
     @property
     def lookupd(self) -> Lookupd | None:
@@ -62,17 +62,10 @@ class EmbeddedNSQLookupd:
         """Where consumers look topics up (``lookupd_http_addresses``)."""
         return f"{self.host}:{self.http_port}"
 
-    def _started(self) -> Lookupd:
-        lookupd = self._runner.service
-        if lookupd is None:
-            raise RuntimeError("the embedded nsqlookupd is not running; call start() first")
-        return lookupd
-
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> EmbeddedNSQLookupd:
-        self._runner.start(self._open, Lookupd.stop)
-        return self
+    async def _close(self, lookupd: Lookupd) -> None:
+        await lookupd.stop()
 
     async def _open(self) -> Lookupd:
         lookupd = Lookupd(self.options)
@@ -83,26 +76,7 @@ class EmbeddedNSQLookupd:
             raise
         return lookupd
 
-    def stop(self) -> None:
-        """Stop the lookupd, close every connection (the nsqds see EOF) and join."""
-        self._runner.stop()
-
-    def __enter__(self) -> EmbeddedNSQLookupd:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- thread-safe access ------------------------------------------------------------
-
-    def call(self, fn: Callable[[Lookupd], T], timeout: float = 10.0) -> T:
-        """Run ``fn(lookupd)`` on the lookupd's loop and return its result."""
-        return self._runner.call(fn, timeout)
 
     def producers(self, topic: str) -> list[dict[str, Any]]:
         """``/lookup``'s producers of ``topic`` (``[]`` if unknown), read without HTTP."""
