@@ -72,3 +72,8 @@ def listen_address(text: str) -> tuple[str, int]:
     if port == "0":
         return parse_address(host, 1, "listen address")[0], 0
     return parse_address(value, None, "listen address")
+
+
+def logging_level(flag: str) -> str:
+    """The :mod:`logging` level name for a Go daemon's ``--log-level`` value."""
+    return {"warn": "WARNING", "fatal": "CRITICAL"}.get(flag, flag.upper())

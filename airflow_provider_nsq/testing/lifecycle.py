@@ -1,8 +1,11 @@
-"""``with server:`` for the test servers: :meth:`start` on entry, :meth:`stop` on exit."""
+"""How the test servers live: ``with server:`` (:class:`StartStop`), and a daemon's
+foreground run until a signal (:func:`serve_until_signalled`)."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+import asyncio
+import signal
+from typing import Protocol, TypeVar
 
 _S = TypeVar("_S", bound="StartStop")
 
@@ -21,3 +24,27 @@ class StartStop:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class AsyncService(Protocol):
+    """A server that starts and stops on the running event loop (the broker, the lookupd)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve_until_signalled(service: AsyncService) -> None:
+    """Start ``service`` and run it until SIGINT or SIGTERM (a daemon's foreground life)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
+            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+    await service.start()
+    try:
+        await stop.wait()
+    finally:
+        await service.stop()

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
 from airflow_provider_nsq.client.address import DEFAULT_NSQD_HTTP_PORT, DEFAULT_NSQD_TCP_PORT
 
-from ..daemon_flags import boolean, duration_ms, listen_address
+from ..daemon_flags import boolean, duration_ms, listen_address, logging_level
+from ..lifecycle import serve_until_signalled
 from .options import BrokerOptions
 from .server import Broker
 
@@ -152,25 +152,13 @@ def options_from_args(args: argparse.Namespace) -> BrokerOptions:
 
 async def serve(options: BrokerOptions) -> None:
     """Run until SIGINT or SIGTERM."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
-            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
-    broker = Broker(options)
-    await broker.start()
-    try:
-        await stop.wait()
-    finally:
-        await broker.stop()
+    await serve_until_signalled(Broker(options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"),
+        level=logging_level(args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

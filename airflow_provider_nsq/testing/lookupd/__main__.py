@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 
 from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_HTTP_PORT, DEFAULT_LOOKUPD_TCP_PORT
 
-from ..daemon_flags import duration_ms, listen_address
+from ..daemon_flags import duration_ms, listen_address, logging_level
+from ..lifecycle import serve_until_signalled
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .server import Lookupd
 
@@ -95,19 +95,7 @@ def options_from_args(args: argparse.Namespace) -> LookupdOptions:
 
 async def serve(options: LookupdOptions) -> None:
     """Run until SIGINT or SIGTERM."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
-            signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
-    lookupd = Lookupd(options)
-    await lookupd.start()
-    try:
-        await stop.wait()
-    finally:
-        await lookupd.stop()
+    await serve_until_signalled(Lookupd(options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,9 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(f"nsqlookupd-compatible lookupd v{NSQLOOKUPD_VERSION} (airflow-provider-nsq)")
         return 0
-    level = {"warn": "WARNING", "fatal": "CRITICAL"}.get(args.log_level, args.log_level.upper())
     logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=logging_level(args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     try:
         options = options_from_args(args)
