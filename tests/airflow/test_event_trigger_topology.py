@@ -185,3 +185,35 @@ def test_stopping_requeues_what_every_nsqd_delivered(monkeypatch, nsq_topology, 
             )
         )
         assert _stats(nsqd, nsq_topic)["requeue_count"] == 1
+
+
+def test_an_nsqd_going_away_does_not_stop_the_others(monkeypatch, nsq_topology, nsq_topic):
+    topology = nsq_topology(n=2)
+    staying, leaving = topology.nsqds
+    _publish(staying, nsq_topic, "s1")
+    _publish(leaving, nsq_topic, "l1")
+    topology.wait_for_producers(nsq_topic)
+    _lookupd_only(monkeypatch, topology)
+
+    async def scenario() -> list[str]:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger(nsq_topic))
+        await triggerer.until(lambda: len(triggerer.events) == 2)
+        triggerer.persist()
+        await _on_every(topology, lambda n: _finished(n, nsq_topic) == 1)
+        # One nsqd stops (and leaves nsqlookupd); the other keeps feeding the asset.
+        await asyncio.to_thread(topology.stop_nsqd, 1)
+        await asyncio.to_thread(_publish, staying, nsq_topic, "s2")
+        await triggerer.until(lambda: len(triggerer.events) == 3)
+        triggerer.persist()
+        await asyncio.to_thread(
+            staying.wait_for,
+            lambda: _drained(staying, nsq_topic) and _finished(staying, nsq_topic) == 2,
+            20,
+        )
+        await triggerer.stop_all()
+        assert not triggerer.failures
+        return [p["body"] for p in triggerer.payloads()]
+
+    bodies = asyncio.run(scenario())
+    assert sorted(bodies[:2]) == ["l1", "s1"] and bodies[2] == "s2"
