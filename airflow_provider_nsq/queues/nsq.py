@@ -66,7 +66,7 @@ class NSQMessageQueueProvider(BaseMessageQueueProvider):
 
     Scheme form (recommended): ``MessageQueueTrigger(scheme="nsq", topic=..., channel=...,
     nsq_conn_id=..., message_filter=..., max_in_flight=..., requeue_delay=...,
-    dead_letter_topic=...)``. Queue form (deprecated by common-messaging):
+    dead_letter_topic=..., lookupd_poll_interval=...)``. Queue form (deprecated by common-messaging):
     ``MessageQueueTrigger(queue="nsq://nsqd:4150/topic?channel=name", ...)``.
     """
 

@@ -16,32 +16,43 @@ rejected is FINished, after a publish to ``dead_letter_topic`` when one is set. 
 triggerer that dies leaves its messages in flight: nsqd redelivers them after its
 msg_timeout, to the next triggerer. At-least-once: duplicates, never losses.
 
-On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` keeps one connection and
+On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` keeps its own consumer and
 FINs each message right after its event is handed to the triggerer, before the event is
 stored: a triggerer crash in between loses that message. Weaker; documented as such.
+
+Both read through the consumer core,
+:class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`: every nsqd of the
+connection (found through nsqlookupd when it names any, re-asked every
+``lookupd_poll_interval``), one ``max_in_flight`` budget split across them, dropped
+nsqds reconnected with backoff, and FIN/REQ/TOUCH on the connection that delivered the
+message. The payload's ``nsqd`` is that nsqd's address.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
+from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
+from ..client.consumer import (
+    DEFAULT_LOOKUPD_POLL_INTERVAL_S,
+    RECONNECT_MAX_S,
+    RECONNECT_START_S,
+    UNREACHABLE,
+    AsyncNSQConsumer,
+)
 from ..client.records import MessageFilter, import_callable, message_record
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms
+from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT, DEFAULT_MSG_TIMEOUT_MS
-from ..protocol.errors import (
-    NSQConnectionError,
-    NSQError,
-    NSQTimeoutError,
-    NSQTLSError,
-    NSQValueError,
-)
+from ..protocol.errors import NSQError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
 
 try:
@@ -59,13 +70,9 @@ except ImportError:  # pragma: no cover - Airflow 3.0-3.2
 
 log = logging.getLogger(__name__)
 
-#: Reconnect backoff after a dropped connection: first and longest wait, seconds.
-_BACKOFF_START_S = 1.0
-_BACKOFF_MAX_S = 30.0
-#: How long one read waits for deliveries before looping (heartbeats keep the link alive).
+#: How long one read waits for deliveries before looping (heartbeats keep the link alive;
+#: the consumer re-polls nsqlookupd and reconnects inside the read).
 _READ_WAIT_S = 30.0
-#: How long closing waits for nsqd's CLOSE_WAIT.
-_CLOSE_WAIT_S = 5.0
 #: TOUCH outstanding messages this many times per msg_timeout.
 _TOUCHES_PER_TIMEOUT = 3
 
@@ -73,155 +80,109 @@ DEFAULT_MAX_IN_FLIGHT = 100
 DEFAULT_REQUEUE_DELAY_MS = 5_000
 
 
-class _NSQDStream:
-    """One long-lived subscription on one nsqd: reconnects (and re-subscribes) with
-    backoff when the connection drops; raises on what retrying cannot fix (refused
-    subscription, TLS, AUTH).
+async def _start_consumer(
+    hook: NSQHook,
+    topic: str,
+    channel: str,
+    max_in_flight: int,
+    lookupd_poll_interval: float,
+) -> AsyncNSQConsumer:
+    """A started :class:`AsyncNSQConsumer` over every nsqd of the connection: found
+    through its nsqlookupds when it names any, else its nsqd list (``host:port``, then
+    ``nsqd_tcp_addresses``).
 
-    Shaped like the multi-nsqd consumer core (``start(max_in_flight)``, ``read(timeout)``,
-    ``finish``/``requeue``/``touch``, ``close()``) so the trigger can move onto it.
-    ``close()`` REQs every message it handed out that is still unanswered.
+    While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the core's
+    backoff: a triggerer that starts before nsqd must not fail its assets. What retrying
+    cannot fix (nsqd refused the subscription or AUTH, a bad setting) is raised. Once
+    started, the core itself reconnects dropped nsqds and re-asks nsqlookupd every
+    ``lookupd_poll_interval`` seconds.
     """
-
-    def __init__(self, config: ClientConfig, topic: str, channel: str) -> None:
-        self.config = config
-        self.topic = topic
-        self.channel = channel
-        self.connection: AsyncNSQConnection | None = None  # the live one, for tests
-        self._max_in_flight = 1
-        self._handed_out: list[NSQMessage] = []
-
-    @property
-    def nsqd(self) -> str:
-        return self.config.address
-
-    @property
-    def msg_timeout_ms(self) -> int:
-        """nsqd's msg_timeout for this connection (from IDENTIFY when negotiated)."""
-        if self.connection is not None and self.connection.connected:
-            negotiated = self.connection.server_info.get("msg_timeout")
-            if isinstance(negotiated, int) and negotiated > 0:
-                return negotiated
-        return self.config.msg_timeout_ms or DEFAULT_MSG_TIMEOUT_MS
-
-    async def start(self, max_in_flight: int) -> None:
-        self._max_in_flight = max_in_flight
-        await self._connect()
-
-    async def _connect(self) -> None:
-        backoff = _BACKOFF_START_S
-        while True:
-            conn = AsyncNSQConnection(self.config)
-            try:
-                await conn.connect()
-                if self._max_in_flight > conn.max_rdy_count:
-                    raise NSQValueError(
-                        f"max_in_flight={self._max_in_flight} exceeds nsqd's max RDY count "
-                        f"({conn.max_rdy_count}, --max-rdy-count) at {self.nsqd}"
-                    )
-                await conn.subscribe(self.topic, self.channel)
-                conn.ready(self._max_in_flight)
-            except NSQTLSError:
-                await conn.close()
-                raise
-            except (NSQConnectionError, NSQTimeoutError) as exc:
-                await conn.close()
-                log.warning(
-                    "Cannot subscribe to %s/%s at %s (%s); retrying in %gs",
-                    self.topic,
-                    self.channel,
-                    self.nsqd,
-                    exc,
-                    backoff,
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
-                continue
-            except BaseException:
-                await conn.close()
-                raise
-            self.connection = conn
-            log.info(
-                "Subscribed to %s/%s at %s (max in flight %s)",
-                self.topic,
-                self.channel,
-                self.nsqd,
-                self._max_in_flight,
-            )
-            return
-
-    async def read(self, timeout: float) -> list[NSQMessage]:
-        """Messages delivered within ``timeout`` seconds (maybe none)."""
-        conn = self.connection
-        if conn is None:
-            raise NSQValueError("the stream is not started: call start() first")
+    await hook.aget_client_config()  # consumer_options() then reads the cached settings
+    options = hook.consumer_options()
+    backoff = RECONNECT_START_S
+    while True:
+        consumer = AsyncNSQConsumer(
+            topic, channel, lookupd_poll_interval=lookupd_poll_interval, **options
+        )
         try:
-            messages = await conn.read_messages(timeout)
-        except NSQTLSError:
+            await consumer.start(max_in_flight)
+        except UNREACHABLE as exc:
+            await consumer.close()
+            log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RECONNECT_MAX_S)
+            continue
+        except BaseException:
+            await consumer.close()  # also on cancellation
             raise
-        except (NSQConnectionError, NSQTimeoutError) as exc:
-            # Its unanswered messages stay in flight on nsqd until msg_timeout, then are
-            # redelivered (nsqd does not requeue on disconnect).
-            log.warning("Lost the connection to %s (%s); reconnecting", self.nsqd, exc)
-            self.connection = None
-            await conn.close()
-            self._handed_out = []
-            await self._connect()
-            return []
-        self._handed_out = [m for m in self._handed_out if not m.responded]
-        self._handed_out += messages
-        return messages
+        break
+    connections = consumer.connections
+    capacity = sum(c.max_rdy_count for c in connections.values())
+    if connections and max_in_flight > capacity:
+        # The core never sends an nsqd a RDY above its limit (nsqd would drop the
+        # connection): fewer messages are in flight than asked for.
+        log.warning(
+            "max_in_flight=%s exceeds nsqd's max RDY count (%s over %s nsqd(s), "
+            "--max-rdy-count): at most %s messages of %s/%s are in flight at once",
+            max_in_flight,
+            capacity,
+            len(connections),
+            capacity,
+            topic,
+            channel,
+        )
+    log.info(
+        "Reading %s/%s from %s (max in flight %s): %s",
+        topic,
+        channel,
+        f"nsqlookupd {', '.join(options['lookupd_http_addresses'])}"
+        if options["lookupd_http_addresses"]
+        else "the connection's nsqd(s)",
+        max_in_flight,
+        ", ".join(connections) or "no nsqd has the topic yet",
+    )
+    return consumer
 
-    def finish(self, message: NSQMessage) -> None:
-        message.finish()
 
-    def requeue(self, message: NSQMessage, delay_ms: int = 0) -> None:
-        message.requeue(delay_ms)
-
-    def touch(self, *messages: NSQMessage) -> None:
-        for message in messages:
-            message.touch()
-
-    async def close(self) -> None:
-        """CLS, then REQ every unanswered message (delivered at once to the next
-        consumer), then close. Without the CLS, a message nsqd is sending right now (say
-        one just REQ'd with no delay) would sit in flight until msg_timeout."""
-        conn, self.connection = self.connection, None
-        if conn is None:
-            return
-        if conn.connected:
-            try:
-                # nsqd sends nothing after CLOSE_WAIT: what it sent before is here to REQ.
-                await asyncio.wait_for(conn.start_close(), _CLOSE_WAIT_S)
-            except (NSQError, asyncio.TimeoutError):
-                pass
-        for message in self._handed_out:
-            try:
-                message.requeue(0)
-            except NSQError:
-                break  # the connection is gone: nsqd's msg_timeout redelivers them
-        self._handed_out = []
-        await conn.close()  # also REQs what arrived and was never read
+def _msg_timeout_ms(consumer: AsyncNSQConsumer) -> int:
+    """The shortest msg_timeout of the live connections (negotiated in IDENTIFY), or the
+    connection's setting: what outstanding messages must be TOUCHed within."""
+    negotiated = [c.server_info.get("msg_timeout") for c in consumer.connections.values()]
+    known = [t for t in negotiated if isinstance(t, int) and t > 0]
+    if known:
+        return min(known)
+    return consumer.config.msg_timeout_ms or DEFAULT_MSG_TIMEOUT_MS
 
 
 class _Delivery(NamedTuple):
-    """The broker payload of one raw event: the message and the nsqd that owns it."""
+    """The broker payload of one raw event: the message and the nsqd that delivered it
+    (FIN/REQ/TOUCH go back on that nsqd's connection: the message knows it)."""
 
     nsqd: str
     message: NSQMessage
 
 
 class _DeadLetters:
-    """Publishes rejected messages to ``topic`` on a connection of its own, one at a time."""
+    """Publishes rejected messages to ``topic`` on the nsqd that delivered them (known
+    to be up, and NSQ's way: publish where the data is), one connection of its own per
+    nsqd, one message at a time."""
 
     def __init__(self, config: ClientConfig, topic: str) -> None:
         self.topic = topic
-        self._conn = AsyncNSQConnection(config)
+        self.config = config
+        self._conns: dict[str, AsyncNSQConnection] = {}
+
+    def _connection(self, nsqd: str) -> AsyncNSQConnection:
+        conn = self._conns.get(nsqd)
+        if conn is None:
+            host, port = parse_address(nsqd, DEFAULT_NSQD_TCP_PORT, "nsqd address")
+            conn = self._conns[nsqd] = AsyncNSQConnection(self.config.replace(host=host, port=port))
+        return conn
 
     async def publish(self, message: NSQMessage, nsqd: str) -> bool:
         """True once nsqd accepted the copy; False (logged) when it did not."""
         try:
-            await self._conn.publish(self.topic, message.body)
+            await self._connection(nsqd).publish(self.topic, message.body)
         except NSQError as exc:
             log.warning(
                 "Could not publish message %s from %s to the dead-letter topic %s (%s); "
@@ -235,12 +196,16 @@ class _DeadLetters:
         return True
 
     async def close(self) -> None:
-        await self._conn.close()
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            await conn.close()
 
 
-def _answer(what: str, delivery: _Delivery, respond: Callable[..., None], *args: Any) -> None:
+def _answer(what: str, delivery: _Delivery, respond: Callable[[], None]) -> None:
+    """FIN or REQ one message (``respond`` does it); a connection that is gone is
+    logged, not raised: nsqd redelivers its messages after msg_timeout."""
     try:
-        respond(delivery.message, *args)
+        respond()
     except NSQError as exc:
         log.warning(
             "Could not %s message %s on %s (%s): nsqd redelivers it after its msg_timeout",
@@ -254,10 +219,14 @@ def _answer(what: str, delivery: _Delivery, respond: Callable[..., None], *args:
 class NSQEventStreamProducer(SharedStreamProducer):
     """The broker side of one shared NSQ stream in ack mode (Airflow >= 3.3).
 
-    Owns the subscription for one (connection, topic, channel); yields one raw event (the
-    message's record) per message; answers nsqd only in :meth:`advance`, after Airflow
-    stored every event derived from it. Meanwhile it TOUCHes outstanding messages a few
-    times per msg_timeout, so a slow store does not make nsqd redeliver them.
+    Owns the subscription for one (connection, topic, channel): one
+    :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` over every nsqd of
+    the connection (discovered through nsqlookupd when the connection names any), with
+    one ``max_in_flight`` budget split across them. Yields one raw event (the message's
+    record) per message; answers nsqd only in :meth:`advance`, after Airflow stored every
+    event derived from it, on the nsqd that delivered it. Meanwhile it TOUCHes
+    outstanding messages a few times per msg_timeout, so a slow store does not make nsqd
+    redeliver them.
 
     Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
     and ignored here).
@@ -272,6 +241,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         requeue_delay: int = DEFAULT_REQUEUE_DELAY_MS,
         dead_letter_topic: str | None = None,
+        lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL_S,
         **_: Any,
     ) -> None:
         self.topic = topic
@@ -280,23 +250,31 @@ class NSQEventStreamProducer(SharedStreamProducer):
         self.max_in_flight = max_in_flight
         self.requeue_delay_ms = requeue_delay
         self.dead_letter_topic = dead_letter_topic
-        self.stream: _NSQDStream | None = None
-        self._outstanding: dict[tuple[str, str], NSQMessage] = {}
+        self.lookupd_poll_interval = lookupd_poll_interval
+        self.consumer: AsyncNSQConsumer | None = None
+        # Handed out, not yet answered: the message and the connection it came on (to
+        # stop touching it once that connection is gone).
+        self._outstanding: dict[tuple[str, str], tuple[NSQMessage, AsyncNSQConnection | None]] = {}
         self._dead_letters: _DeadLetters | None = None
         self._toucher: asyncio.Task[None] | None = None
 
     async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], _Delivery]]:
-        config = await NSQHook(nsq_conn_id=self.nsq_conn_id).aget_client_config()
+        hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
+        config = await hook.aget_client_config()
         check_delay_ms(self.requeue_delay_ms, config.max_req_timeout_ms, what="requeue_delay")
         if self.dead_letter_topic:
             self._dead_letters = _DeadLetters(config, self.dead_letter_topic)
-        stream = self.stream = _NSQDStream(config, self.topic, self.channel)
-        await stream.start(self.max_in_flight)
+        consumer = self.consumer = await _start_consumer(
+            hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
+        )
         self._toucher = asyncio.create_task(self._touch_outstanding())
         while True:
-            for message in await stream.read(_READ_WAIT_S):
-                nsqd = stream.nsqd
-                self._outstanding[(nsqd, message.id)] = message
+            messages = await consumer.read(_READ_WAIT_S)
+            connections = consumer.connections  # each message's own, at delivery
+            for message in messages:
+                nsqd = message.nsqd or ""
+                key = (nsqd, message.id)
+                self._outstanding[key] = (message, connections.get(nsqd))
                 record = message_record(message, self.topic, self.channel, nsqd=nsqd)
                 yield record, _Delivery(nsqd, message)
 
@@ -306,7 +284,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
         return (broker_payload.nsqd, broker_payload.message.id)
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        """Answer nsqd for each resolved message.
+        """Answer nsqd for each resolved message, on the nsqd that delivered it.
 
         - a subscriber failed (ack timeout, overflow), or no subscriber was online: REQ
           after ``requeue_delay``, so it comes back;
@@ -317,35 +295,44 @@ class NSQEventStreamProducer(SharedStreamProducer):
         Never raises: a FIN/REQ that cannot be sent (connection gone) leaves the message
         to nsqd's msg_timeout, which redelivers it.
         """
-        stream = self.stream
-        if stream is None:
+        consumer = self.consumer
+        if consumer is None:
             return
         for item in batch:
             delivery: _Delivery = item.broker_payload
+            message = delivery.message
             outcome = item.outcome
-            key = (delivery.nsqd, delivery.message.id)
-            if self._outstanding.get(key) is delivery.message:  # not a later redelivery
+            key = (delivery.nsqd, message.id)
+            held = self._outstanding.get(key)
+            if held is not None and held[0] is message:  # not a later redelivery
                 del self._outstanding[key]
             # Done with it: nobody failed, and somebody stored or rejected it.
             done = not outcome.failed and (outcome.acked > 0 or outcome.rejected > 0)
             if done and not outcome.acked and self._dead_letters is not None:
-                done = await self._dead_letters.publish(delivery.message, delivery.nsqd)
+                done = await self._dead_letters.publish(message, delivery.nsqd)
             if done:
-                _answer("finish", delivery, stream.finish)
+                _answer("finish", delivery, partial(consumer.finish, message))
             else:
-                _answer("requeue", delivery, stream.requeue, self.requeue_delay_ms)
+                requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
+                _answer("requeue", delivery, requeue)
 
     async def _touch_outstanding(self) -> None:
         while True:
-            stream = self.stream
-            if stream is None:
+            consumer = self.consumer
+            if consumer is None:
                 return
-            await asyncio.sleep(max(stream.msg_timeout_ms / 1000 / _TOUCHES_PER_TIMEOUT, 0.2))
-            for message in [m for m in self._outstanding.values() if not m.responded]:
+            await asyncio.sleep(max(_msg_timeout_ms(consumer) / 1000 / _TOUCHES_PER_TIMEOUT, 0.2))
+            live = {id(c) for c in consumer.connections.values()}
+            for key, (message, conn) in list(self._outstanding.items()):
+                if message.responded or id(conn) not in live:
+                    # Answered, or its connection is gone (nsqd redelivers it after
+                    # msg_timeout): nothing left to touch.
+                    del self._outstanding[key]
+            if self._outstanding:
                 try:
-                    stream.touch(message)
-                except NSQError:
-                    pass  # its connection is gone: nsqd redelivers it after msg_timeout
+                    consumer.touch(*(m for m, _ in self._outstanding.values()))
+                except NSQError as exc:
+                    log.debug("TOUCH failed (%s): nsqd redelivers after msg_timeout", exc)
 
     async def aclose(self) -> None:
         """Stop touching; REQ what is still unanswered (redelivered at once); close."""
@@ -356,9 +343,9 @@ class NSQEventStreamProducer(SharedStreamProducer):
                 await toucher
             except asyncio.CancelledError:
                 pass
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            await stream.close()
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.close()  # RDY 0, CLS, REQ every unanswered message, close
         dead_letters, self._dead_letters = self._dead_letters, None
         if dead_letters is not None:
             await dead_letters.close()
@@ -374,10 +361,17 @@ class NSQEventTrigger(BaseEventTrigger):
     ``nsqd`` (``host:port`` of the nsqd that delivered it). Delivery is at-least-once: a
     DAG may see a message twice (same ``nsqd`` and ``id``, higher ``attempts``).
 
+    It reads from every nsqd of the connection: those nsqlookupd lists for the topic
+    when the connection has ``lookupd_http_addresses`` (asked again every
+    ``lookupd_poll_interval``: nsqds that start carrying the topic are joined, those that
+    stop are left once their messages are answered), else the connection's ``host:port``
+    and its ``nsqd_tcp_addresses``. An nsqd that drops is reconnected with backoff; the
+    others go on meanwhile.
+
     On Airflow >= 3.3 the message is FINished only after Airflow stored the event (see
     the module docstring); triggers with the same connection, topic and channel share
-    one subscription, whose ``max_in_flight``, ``requeue_delay`` and
-    ``dead_letter_topic`` are those of the first trigger to start.
+    one subscription, whose ``max_in_flight``, ``requeue_delay``, ``dead_letter_topic``
+    and ``lookupd_poll_interval`` are those of the first trigger to start.
 
     :param topic: the topic name.
     :param channel: the channel name; a durable channel keeps messages while no
@@ -387,12 +381,16 @@ class NSQEventTrigger(BaseEventTrigger):
         rejects fire no event (and, when no other trigger on the channel takes them, go
         to ``dead_letter_topic``, or are dropped). A filter that raises keeps the
         message (the error is logged).
-    :param max_in_flight: messages held unanswered at once (nsqd's RDY count, default
-        100, at most nsqd's --max-rdy-count).
+    :param max_in_flight: messages held unanswered at once across all nsqds (the RDY
+        counts, split between them; default 100, at most 2500). No nsqd is given more
+        than its --max-rdy-count.
     :param requeue_delay: how long nsqd waits before redelivering a message whose event
         could not be stored: ``timedelta`` or milliseconds (default 5 s).
     :param dead_letter_topic: where messages that every trigger's filter rejected are
-        published (on the same connection) before they are FINished.
+        published (on the nsqd that delivered them) before they are FINished.
+    :param lookupd_poll_interval: how often nsqlookupd is asked again for the topic's
+        nsqds: ``timedelta`` or seconds (default 60 s; only used when the connection
+        has ``lookupd_http_addresses``).
     """
 
     def __init__(
@@ -405,6 +403,7 @@ class NSQEventTrigger(BaseEventTrigger):
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         requeue_delay: Delay = DEFAULT_REQUEUE_DELAY_MS,
         dead_letter_topic: str | None = None,
+        lookupd_poll_interval: float | datetime.timedelta = DEFAULT_LOOKUPD_POLL_INTERVAL_S,
     ) -> None:
         super().__init__()
         validate_topic_name(topic)
@@ -436,6 +435,9 @@ class NSQEventTrigger(BaseEventTrigger):
         self.max_in_flight = max_in_flight
         self.requeue_delay = delay_to_ms(requeue_delay, "requeue_delay")
         self.dead_letter_topic = dead_letter_topic
+        self.lookupd_poll_interval = duration_to_seconds(
+            lookupd_poll_interval, "lookupd_poll_interval"
+        )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -448,6 +450,7 @@ class NSQEventTrigger(BaseEventTrigger):
                 "max_in_flight": self.max_in_flight,
                 "requeue_delay": self.requeue_delay,
                 "dead_letter_topic": self.dead_letter_topic,
+                "lookupd_poll_interval": self.lookupd_poll_interval,
             },
         )
 
@@ -495,34 +498,43 @@ class NSQEventTrigger(BaseEventTrigger):
             else:
                 reject_shared_stream_event()
 
-    # -- Airflow 3.0-3.2: one connection, FIN after the event is handed over -------------
+    # -- Airflow 3.0-3.2: FIN right after the event is handed over ----------------------
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """The pre-3.3 path (also what a direct ``run()`` does): FIN each message right
         after its event is yielded, which is before the triggerer stored it."""
         keep = self._load_filter()
-        config = await NSQHook(nsq_conn_id=self.nsq_conn_id).aget_client_config()
+        hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
+        config = await hook.aget_client_config()
         check_delay_ms(self.requeue_delay, config.max_req_timeout_ms, what="requeue_delay")
         dead_letters = (
             _DeadLetters(config, self.dead_letter_topic) if self.dead_letter_topic else None
         )
-        stream = _NSQDStream(config, self.topic, self.channel)
+        consumer: AsyncNSQConsumer | None = None
         try:
-            await stream.start(self.max_in_flight)
+            consumer = await _start_consumer(
+                hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
+            )
             while True:
-                for message in await stream.read(_READ_WAIT_S):
-                    record = message_record(message, self.topic, self.channel, nsqd=stream.nsqd)
-                    delivery = _Delivery(stream.nsqd, message)
+                for message in await consumer.read(_READ_WAIT_S):
+                    nsqd = message.nsqd or ""
+                    record = message_record(message, self.topic, self.channel, nsqd=nsqd)
+                    delivery = _Delivery(nsqd, message)
+                    finish = partial(consumer.finish, message)
                     if not self._accepts(keep, record):
-                        if dead_letters is None or await dead_letters.publish(message, stream.nsqd):
-                            _answer("finish", delivery, stream.finish)
+                        if dead_letters is None or await dead_letters.publish(message, nsqd):
+                            _answer("finish", delivery, finish)
                         else:
-                            _answer("requeue", delivery, stream.requeue, self.requeue_delay)
+                            requeue = partial(
+                                consumer.requeue, message, delay_ms=self.requeue_delay
+                            )
+                            _answer("requeue", delivery, requeue)
                         continue
                     yield TriggerEvent(record)
-                    _answer("finish", delivery, stream.finish)
+                    _answer("finish", delivery, finish)
         finally:
-            # Also on cancellation: REQs what was taken and not answered.
-            await stream.close()
+            # Also on cancellation: RDY 0, CLS, REQ what was taken and not answered.
+            if consumer is not None:
+                await consumer.close()
             if dead_letters is not None:
                 await dead_letters.close()

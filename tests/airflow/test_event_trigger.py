@@ -111,10 +111,12 @@ def test_serialize_round_trips_as_json():
         max_in_flight=10,
         requeue_delay=__import__("datetime").timedelta(seconds=2),
         dead_letter_topic="orders_dead",
+        lookupd_poll_interval=__import__("datetime").timedelta(seconds=15),
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_nsq.triggers.nsq_event.NSQEventTrigger"
     assert kwargs["requeue_delay"] == 2000
+    assert kwargs["lookupd_poll_interval"] == 15.0
     json.dumps(kwargs)
     assert type(trigger)(**kwargs).serialize() == trigger.serialize()
 
@@ -138,6 +140,8 @@ def test_one_subscription_per_connection_topic_and_channel():
         ({"requeue_delay": -1}, "requeue_delay"),
         ({"dead_letter_topic": "orders"}, "dead_letter_topic"),
         ({"dead_letter_topic": "bad topic!"}, "topic"),
+        ({"lookupd_poll_interval": 0}, "lookupd_poll_interval"),
+        ({"lookupd_poll_interval": "soon"}, "lookupd_poll_interval"),
     ],
 )
 def test_bad_arguments_are_refused_with_their_name(kwargs, needle):
@@ -395,20 +399,37 @@ def test_a_restarted_nsqd_is_reconnected_and_the_stream_goes_on(nsqd_factory, mo
     assert asyncio.run(scenario()) == ["before the restart", "after the restart"]
 
 
-def test_max_in_flight_above_nsqds_max_rdy_count_fails_with_its_name(nsqd_factory, monkeypatch):
+def test_max_in_flight_above_nsqds_max_rdy_count_is_capped_there_and_said(
+    nsqd_factory, monkeypatch, caplog
+):
+    # nsqd closes a connection that sends RDY above its --max-rdy-count: the consumer
+    # core gives each nsqd at most its limit, and the trigger says so once.
     small = nsqd_factory(max_rdy_count=10)
     monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{small.tcp_address}")
+    small.create_channel("orders", CHANNEL)
+    for n in range(15):
+        small.http_publish("orders", f"m{n}".encode())
 
-    async def scenario() -> BaseException:
+    async def scenario() -> list[str]:
         triggerer = Triggerer()
         triggerer.start(1, _trigger("orders", max_in_flight=20))
-        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.until(lambda: len(triggerer.events) == 10)
+        # Ten in flight (nsqd's limit), five still waiting on the channel: not 20, and
+        # the connection is still up.
+        c = await asyncio.to_thread(_channel, small, "orders")
+        assert (c["in_flight_count"], c["depth"]) == (10, 5)
+        assert [client["ready_count"] for client in c["clients"]] == [10]
+        triggerer.persist()
+        await triggerer.until(lambda: len(triggerer.events) == 15)
+        triggerer.persist()
+        await _until(small, lambda: _drained(small, "orders") and _finished(small, "orders") == 15)
         await triggerer.stop_all()
-        return triggerer.failures[1]
+        assert not triggerer.failures
+        return sorted(p["body"] for p in triggerer.payloads())
 
-    failure = asyncio.run(scenario())
-    assert "max_in_flight=20" in str(failure)
-    assert "--max-rdy-count" in str(failure)
+    assert asyncio.run(scenario()) == sorted(f"m{n}" for n in range(15))
+    warning = next(r.getMessage() for r in caplog.records if "max_in_flight=20" in r.getMessage())
+    assert "--max-rdy-count" in warning and "at most 10" in warning
 
 
 # -- the pre-3.3 run() path --------------------------------------------------------------------
