@@ -30,6 +30,26 @@ _SIZE = struct.Struct(">i")
 _unpack_size = _SIZE.unpack_from
 
 
+_unpack_u32 = struct.Struct(">I").unpack_from
+
+
+def command_length(buf: bytes | bytearray) -> int | None:
+    """How many bytes the command at the start of ``buf`` takes: its line, and for
+    :data:`COMMANDS_WITH_BODY` the 4-byte size and the body (read unsigned). None until
+    the line (and the body's size) arrived. Unchecked: for tools that cut a stream into
+    commands without running them (the fault proxy); :class:`CommandReader` checks."""
+    newline = buf.find(b"\n")
+    if newline < 0:
+        return None
+    name = bytes(buf[:newline]).split(b" ", 1)[0].rstrip(b"\r")
+    if name not in COMMANDS_WITH_BODY:
+        return newline + 1
+    if len(buf) < newline + 5:
+        return None
+    size: int = _unpack_u32(buf, newline + 1)[0]
+    return newline + 5 + size
+
+
 class BadMessageSize(NSQProtocolError):
     """An MPUB message's size field is not 1 to ``max_size`` (nsqd: E_BAD_MESSAGE)."""
 

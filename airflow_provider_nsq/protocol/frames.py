@@ -243,6 +243,19 @@ class FrameDecoder:
                 del buf[:pos]
 
 
+_unpack_u32 = struct.Struct(">I").unpack_from
+
+
+def frame_length(buf: bytes | bytearray, offset: int = 0) -> int | None:
+    """How many bytes the frame starting at ``offset`` takes, its 4-byte size included
+    (None until those 4 bytes arrived). Unchecked: for tools that cut a stream into
+    frames without decoding it (the fault proxy); :class:`FrameDecoder` checks sizes."""
+    if len(buf) - offset < 4:
+        return None
+    size: int = _unpack_u32(buf, offset)[0]
+    return 4 + size
+
+
 def _make_frame(ftype: int, payload: bytes, message_class: type[Message]) -> Frame:
     if ftype == FrameType.RESPONSE:
         return ResponseFrame(payload)

@@ -44,6 +44,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
+from ..protocol.command_reader import command_length
+from ..protocol.constants import MAGIC_V2
+from ..protocol.frames import frame_length
 from .loop_thread import ServiceOnLoop
 
 __all__ = [
@@ -63,9 +66,6 @@ Action = Literal["cut", "stall", "drop"]
 _DIRECTIONS: tuple[Direction, ...] = ("to_server", "to_client")
 _WHERES: tuple[Where, ...] = ("before", "mid", "after")
 _HOWS: tuple[How, ...] = ("fin", "rst")
-_MAGIC = b"  V2"
-# Commands followed by [u32be length][body] (FACTS.md section 1).
-_BODY_COMMANDS = frozenset({b"PUB", b"DPUB", b"MPUB", b"IDENTIFY", b"AUTH"})
 # Past these sizes the stream is not NSQ as the proxy knows it: forward it as opaque bytes.
 _MAX_LINE = 64 * 1024
 _MAX_UNIT = 256 * 1024 * 1024
@@ -209,38 +209,25 @@ class _Units:
     def _unit_length(self) -> int | None:
         buf = self._buf
         if self.direction == "to_client":
-            if len(buf) < 4:
-                return None
-            (size,) = struct.unpack_from(">I", buf)
-            if size > _MAX_UNIT:
-                self.opaque = True
-                return None
-            return 4 + size
-        if self._magic_pending:
+            length = frame_length(buf)
+        elif self._magic_pending:
             if len(buf) < 4:
                 return None
             self._magic_pending = False
             return 4
-        newline = buf.find(b"\n")
-        if newline < 0:
-            if len(buf) > _MAX_LINE:
+        else:
+            length = command_length(buf)
+            if length is None and len(buf) > _MAX_LINE and b"\n" not in buf:
                 self.opaque = True
-            return None
-        name = bytes(buf[:newline]).split(b" ", 1)[0].rstrip(b"\r")
-        if name not in _BODY_COMMANDS:
-            return newline + 1
-        if len(buf) < newline + 5:
-            return None
-        (size,) = struct.unpack_from(">I", buf, newline + 1)
-        if size > _MAX_UNIT:
+        if length is not None and length > _MAX_UNIT:
             self.opaque = True
             return None
-        return newline + 5 + size
+        return length
 
     def _name(self, unit: bytes) -> bytes:
         if self.direction == "to_client":
             return unit[8:]  # the payload: matched by prefix
-        if unit == _MAGIC or b"\n" not in unit:
+        if unit == MAGIC_V2 or b"\n" not in unit:
             return unit
         return unit.split(b"\n", 1)[0].split(b" ", 1)[0].rstrip(b"\r")
 

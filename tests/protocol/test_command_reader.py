@@ -11,7 +11,10 @@ from airflow_provider_nsq.protocol.command_reader import (
     MAX_LINE_SIZE,
     BadMessageSize,
     CommandReader,
+    command_length,
 )
+from airflow_provider_nsq.protocol.commands import encode_fin
+from airflow_provider_nsq.protocol.frames import encode_message, encode_response, frame_length
 
 
 def reader_with(*chunks: bytes) -> CommandReader:
@@ -115,3 +118,20 @@ def test_take_rest_hands_back_what_follows_the_current_command() -> None:
     assert reader.read_line() == [b"IDENTIFY"] and reader.read_body() == b"{}"
     assert reader.take_rest() == b"compressed..."
     assert reader.buffered == 0
+
+
+def test_command_and_frame_lengths_cut_a_stream_without_decoding_it() -> None:
+    pub = encode_pub("t", b"hello")
+    fin = encode_fin(b"0123456789abcdef")
+    stream = pub + fin
+    assert command_length(stream) == len(pub)
+    assert command_length(stream[len(pub) :]) == len(fin)
+    # Incomplete: no newline yet, or the body's size not all there.
+    assert command_length(pub[:3]) is None
+    assert command_length(pub[: pub.index(b"\n") + 3]) is None
+
+    frames = encode_response(b"OK") + encode_message(1, 1, b"0123456789abcdef", b"body")
+    first = frame_length(frames)
+    assert first == len(encode_response(b"OK"))
+    assert frame_length(frames, first) == len(frames) - first
+    assert frame_length(frames[:3]) is None
