@@ -232,10 +232,14 @@ class MessageHolder:
                 self._cond.wait(wait_until - now)
         return batch
 
-    def finish(self, messages: list[NSQMessage], timeout: float = 30.0) -> None:
-        """FIN ``messages`` (on the pump thread); returns once they are written."""
+    def finish(
+        self, messages: list[NSQMessage], timeout: float = 30.0, *, wait: bool = True
+    ) -> None:
+        """FIN ``messages`` (on the pump thread); returns once they are written, or at
+        once with ``wait=False`` (then a failure to write them fails the next call).
+        Either way they are written before :meth:`close` REQs what is left."""
         if messages:
-            self._run(lambda: self._consumer.finish(*messages), timeout, "FIN")
+            self._run(lambda: self._consumer.finish(*messages), timeout if wait else None, "FIN")
 
     @property
     def pending(self) -> int:
@@ -243,7 +247,7 @@ class MessageHolder:
         with self._cond:
             return sum(len(c.messages) for c in self._pending)
 
-    def _run(self, work: Callable[[], None], timeout: float, what: str) -> None:
+    def _run(self, work: Callable[[], None], timeout: float | None, what: str) -> None:
         done = threading.Event()
         errors: list[BaseException] = []
 
@@ -259,6 +263,8 @@ class MessageHolder:
         with self._cond:
             self._raise_failure()
             self._work.append(task)
+        if timeout is None:
+            return
         if not done.wait(timeout):
             raise NSQTimeoutError(f"nsq: the pump thread did not send {what} within {timeout}s")
         if errors:

@@ -190,7 +190,9 @@ class _Run:
             return
         done = [b for n, b in self.batches.items() if n <= offset["batch"]]
         for batch in done:
-            self.holder.finish(batch.messages)
+            # Spark waits for this call: FIN without waiting for the write (the pump
+            # writes it before anything else, and before close() REQs what is left).
+            self.holder.finish(batch.messages, wait=False)
             del self.batches[batch.number]
             log.info("nsq: FIN'd the %s messages of batch %s", len(batch.messages), batch.number)
 

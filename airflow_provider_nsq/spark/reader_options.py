@@ -22,14 +22,15 @@ from .options import _CLIENT_OPTIONS, NSQOptionError, _option
 
 # A batch is held in flight until Spark commits it, and nsqd lets one connection have at
 # most --max-rdy-count (2500) unanswered: batch size, connections per nsqd and memory go
-# together. docs/spark.md ("Batch size, connections, memory") has the measurements.
-DEFAULT_MAX_MESSAGES_PER_BATCH = 20_000
+# together. docs/spark.md ("Batch size, connections and memory") has the measurements:
+# Spark's cost per micro-batch makes batches under ~40,000 small messages slow.
+DEFAULT_MAX_MESSAGES_PER_BATCH = 40_000
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_BATCH_TIMEOUT_S = 1.0
 DEFAULT_MIN_PARTITIONS = 2
 #: Enough for one nsqd with the default --max-rdy-count to hold the default budget
-#: (2 x 20,000 messages / 2,500 per connection).
-DEFAULT_MAX_CONNECTIONS_PER_NSQD = 16
+#: (2 x 40,000 messages / 2,500 per connection).
+DEFAULT_MAX_CONNECTIONS_PER_NSQD = 32
 
 # Options of the stream reader itself (the client options are shared with the writer).
 _READER_OPTIONS = (

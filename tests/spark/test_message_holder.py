@@ -47,7 +47,7 @@ def holder_for(nsqd: Any) -> Iterator[Any]:
             topic,
             CHANNEL,
             config=ClientConfig(host=server.host, port=server.tcp_port, **config),
-            max_connections_per_nsqd=16,  # the reader's default
+            max_connections_per_nsqd=32,  # the reader's default
         )
         holder = MessageHolder(
             consumer, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight

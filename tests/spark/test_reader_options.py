@@ -17,17 +17,17 @@ def test_defaults_bound_each_batch_by_count_and_bytes() -> None:
     assert (opts.topic, opts.channel) == ("events", "spark")
     assert opts.nsqd_tcp_addresses == (("127.0.0.1", 4150),)
     assert opts.lookupd_http_addresses == ()
-    assert (opts.max_messages_per_batch, opts.max_bytes_per_batch) == (20_000, 64 * 1024**2)
-    assert opts.max_in_flight == 40_000  # room to prefetch one batch while Spark runs one
-    # 40,000 in flight from one nsqd at 2,500 per connection (nsqd's --max-rdy-count)
-    assert opts.max_connections_per_nsqd == 16
+    assert (opts.max_messages_per_batch, opts.max_bytes_per_batch) == (40_000, 64 * 1024**2)
+    assert opts.max_in_flight == 80_000  # room to prefetch one batch while Spark runs one
+    # 80,000 in flight from one nsqd at 2,500 per connection (nsqd's --max-rdy-count)
+    assert opts.max_connections_per_nsqd == 32
     assert (opts.batch_timeout, opts.min_partitions) == (1.0, 2)
     config = opts.client_config()
     assert (config.host, config.port, config.msg_timeout_ms) == ("127.0.0.1", 4150, None)
     consumer = opts.consumer_options()
     assert consumer["nsqd_tcp_addresses"] == ["127.0.0.1:4150"]
     assert (consumer["lookupd_http_addresses"], consumer["lookupd_poll_interval"]) == ([], 60.0)
-    assert consumer["max_connections_per_nsqd"] == 16
+    assert consumer["max_connections_per_nsqd"] == 32
 
 
 def test_every_option_is_read() -> None:
