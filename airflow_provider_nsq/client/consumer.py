@@ -452,7 +452,8 @@ class ConsumerBase(Generic[Conn]):
         self._shape = ()
 
     def _drained(self) -> list[_Slot[Conn]]:
-        """Slots of vanished producers whose messages are all answered: close them."""
+        """Draining slots (a vanished producer, an extra connection the budget no longer
+        needs) whose messages are all answered: close them."""
         done = [s for s in self._slots.values() if s.draining and s.in_flight() == 0]
         for slot in done:
             self._slots.pop(slot.key, None)
