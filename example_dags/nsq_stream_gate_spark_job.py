@@ -11,8 +11,10 @@ only looks, and the Spark job drains the channel itself, however many events it 
        ``nsq_default`` connection's ``http_port`` extra, or its nsqlookupds (then it
        sums the depth over every nsqd they list);
     2. ``stage_options``: writes the ``nsq`` data source options, built from the
-       ``nsq_default`` connection, to a private file (they may hold the AUTH secret),
-       with every nsqd that holds the topic (as nsqlookupd lists them now);
+       ``nsq_default`` connection, to a private file (they may hold the AUTH secret):
+       its nsqds, and its nsqlookupds when it names any (the stream reader then finds
+       every nsqd that has the topic through them, including nsqds that start
+       publishing it while the job runs);
     3. ``drain_and_aggregate``: ``SparkSubmitOperator`` runs
        ``jobs/drain_pipeline_events.py``: ``readStream.format("nsq")`` with
        ``trigger(availableNow=True)`` lands what the channel holds as Parquet (FIN only
@@ -104,16 +106,15 @@ def nsq_stream_gate_spark_job():
         fd = os.open(options_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         hook = NSQHook("nsq_default")
         options = options_from_client_config(hook.get_client_config())
-        # Every nsqd that holds the topic: the ones nsqlookupd lists now, or the
-        # connection's own list.
-        lookupd = hook.get_lookupd()
-        if lookupd is not None:
-            producers = lookupd.lookup(context["params"]["events_topic"])
-            nsqds = [p.tcp_address for p in producers] or hook.nsqd_tcp_addresses
-        else:
-            nsqds = hook.nsqd_tcp_addresses
-        options.pop("nsqd", None)
-        options["nsqd_tcp_addresses"] = ",".join(nsqds)
+        # The connection's nsqds: where the job publishes its results (failing over
+        # along the list), and, without nsqlookupd, where the reader reads from.
+        more_nsqds = hook.nsqd_tcp_addresses[1:]
+        if more_nsqds:
+            options["nsqd_tcp_addresses"] = ",".join(more_nsqds)
+        # With nsqlookupd the reader finds every nsqd that has the topic itself, and
+        # keeps asking while it drains (the writer does not take this option).
+        if hook.lookupd_http_addresses:
+            options["lookupd_http_addresses"] = ",".join(hook.lookupd_http_addresses)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(options, out)
         return {

@@ -10,7 +10,10 @@ written once in :class:`ConsumerBase`; each adds only how it connects and waits.
 What it guarantees:
 
 - one connection per nsqd, each SUB'd to the same topic/channel; one RDY budget shared
-  as :mod:`.ready` plans it (never above an nsqd's ``max_rdy_count``);
+  as :mod:`.ready` plans it (never above an nsqd's ``max_rdy_count``). A streaming
+  consumer that holds more messages than one connection may (``max_rdy_count``, 2500 by
+  default) can allow more connections per nsqd (``max_connections_per_nsqd``): each
+  nsqd then gets as many as one nsqd needs to hold the whole budget;
 - FIN, REQ and TOUCH always go on the connection that delivered the message
   (:class:`~.message.NSQMessage` knows it; ``message.nsqd`` is its address);
 - at-least-once: the core never FINs anything on its own. :meth:`close` REQs whatever it
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import selectors
 import ssl
 import sys
@@ -95,15 +99,16 @@ Conn = TypeVar("Conn", NSQConnection, AsyncNSQConnection)
 
 @dataclass(eq=False)
 class _Slot(Generic[Conn]):
-    """One nsqd's connection and what the consumer knows about it."""
+    """One connection to an nsqd and what the consumer knows about it."""
 
-    address: str
+    key: str  # the nsqd's address; "address#2", "#3" ... for its extra connections
+    address: str  # the nsqd's address (host:port)
     conn: Conn
     limit: int  # nsqd's max_rdy_count
     last_delivery: float
     rdy: int = 0  # the RDY last sent
     outstanding: list[NSQMessage] = field(default_factory=list)  # delivered, maybe unanswered
-    draining: bool = False  # gone from nsqlookupd: RDY 0, closed once answered
+    draining: bool = False  # not wanted any more: RDY 0, closed once answered
     closing: bool = False  # CLS sent
     reserved: int = 0  # the RDY before it was lowered: nsqd may still send that many ...
     reserved_until: float = 0.0  # ... until about then
@@ -124,6 +129,11 @@ def _alive(conn: Any) -> bool:
     return conn is not None and conn._failure is None and conn.connected
 
 
+def _nsqd_of(key: str) -> str:
+    """The nsqd address of a connection key (``host:port`` or ``host:port#n``)."""
+    return key.partition("#")[0]
+
+
 class ConsumerBase(Generic[Conn]):
     """What :class:`NSQConsumer` and :class:`AsyncNSQConsumer` share: where the nsqds are,
     the connections and their RDY split, the messages delivered and who answers them.
@@ -139,6 +149,13 @@ class ConsumerBase(Generic[Conn]):
     :param lookupd_poll_interval: seconds between two lookups while the consumer runs.
     :param lookupd_timeout: seconds each lookupd may take (default: the config's
         ``connect_timeout``).
+    :param max_connections_per_nsqd: streaming only (:meth:`start`): up to this many
+        connections to each nsqd, as many as it takes for one nsqd to hold the whole
+        in-flight budget (``ceil(max_in_flight / max_rdy_count)``); opened and closed as
+        the budget changes. nsqd caps each connection's RDY, and so the messages it may
+        have unanswered, at its ``--max-rdy-count`` (2500 by default); a caller that
+        holds messages for long (the Spark reader holds a whole batch until Spark
+        commits it) needs more. Default 1: one connection per nsqd.
     """
 
     def __init__(
@@ -151,6 +168,7 @@ class ConsumerBase(Generic[Conn]):
         lookupd_http_addresses: Sequence[str] | str = (),
         lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL_S,
         lookupd_timeout: float | None = None,
+        max_connections_per_nsqd: int = 1,
     ) -> None:
         validate_topic_name(topic)
         validate_channel_name(channel)
@@ -171,6 +189,15 @@ class ConsumerBase(Generic[Conn]):
                 f"{lookupd_poll_interval!r}"
             )
         self.lookupd_poll_interval = float(lookupd_poll_interval)
+        if (
+            isinstance(max_connections_per_nsqd, bool)
+            or not isinstance(max_connections_per_nsqd, int)
+            or max_connections_per_nsqd < 1
+        ):
+            raise NSQValueError(
+                f"max_connections_per_nsqd must be an int >= 1, got {max_connections_per_nsqd!r}"
+            )
+        self.max_connections_per_nsqd = max_connections_per_nsqd
         lookupds = parse_addresses(lookupd_http_addresses, "lookupd_http_addresses")
         self.lookupd: LookupdClient | None = (
             LookupdClient(lookupds, timeout=lookupd_timeout or self.config.connect_timeout)
@@ -210,8 +237,9 @@ class ConsumerBase(Generic[Conn]):
 
     @property
     def connections(self) -> dict[str, Conn]:
-        """The live connections by nsqd address (``host:port``)."""
-        return {a: s.conn for a, s in self._slots.items() if s.alive}
+        """The live connections by nsqd address (``host:port``; an nsqd's extra
+        connections, see ``max_connections_per_nsqd``, as ``host:port#2`` ...)."""
+        return {k: s.conn for k, s in self._slots.items() if s.alive}
 
     @property
     def max_in_flight(self) -> int:
@@ -219,8 +247,8 @@ class ConsumerBase(Generic[Conn]):
         return self._budget
 
     def ready_counts(self) -> dict[str, int]:
-        """The RDY count last sent to each nsqd (for logs and tests)."""
-        return {a: s.rdy for a, s in self._slots.items()}
+        """The RDY count last sent on each connection (keyed as :attr:`connections`)."""
+        return {k: s.rdy for k, s in self._slots.items()}
 
     def in_flight(self) -> int:
         """Messages delivered and not yet FIN'd or REQ'd, over every connection."""
@@ -274,21 +302,50 @@ class ConsumerBase(Generic[Conn]):
         if not self._wanted:
             interval = min(interval, EMPTY_POLL_INTERVAL_S)
         self._next_poll = time.monotonic() + interval
-        for address, slot in self._slots.items():
-            if address in self._wanted and slot.draining:
-                slot.draining = False  # listed again before it was closed
-                self._shape = ()
-            elif address not in self._wanted and not slot.draining:
-                log.info(
-                    "nsqd at %s no longer has %s (nsqlookupd): reading from it stops",
-                    address,
-                    self.topic,
-                )
-                slot.draining = True
-                self._shape = ()
+        self._mark_draining()
         return list(self._wanted)
 
+    def _wanted_keys(self) -> list[str]:
+        """Every connection the consumer should have: one per wanted nsqd, plus the
+        extra ones its budget needs (``max_connections_per_nsqd``)."""
+        if self.max_connections_per_nsqd == 1 or not self._streaming:
+            return list(self._wanted)
+        limits: dict[str, int] = {}
+        for slot in self._slots.values():
+            if slot.alive:
+                limits.setdefault(slot.address, max(slot.limit, 1))
+        keys: list[str] = []
+        for address in self._wanted:
+            keys.append(address)
+            limit = limits.get(address)
+            if limit is None:
+                continue  # its max_rdy_count is known once its first connection is up
+            wanted = min(self.max_connections_per_nsqd, math.ceil(self._budget / limit))
+            keys += [f"{address}#{i}" for i in range(2, wanted + 1)]
+        return keys
+
+    def _mark_draining(self) -> None:
+        """Stop reading from connections no longer wanted (their nsqd left nsqlookupd,
+        or the budget needs fewer); read again from those wanted again."""
+        wanted = set(self._wanted_keys())
+        for key, slot in self._slots.items():
+            if key in wanted and slot.draining:
+                slot.draining = False  # wanted again before it was closed
+                self._shape = ()
+            elif key not in wanted and not slot.draining:
+                if slot.address not in self._wanted:
+                    log.info(
+                        "nsqd at %s no longer has %s (nsqlookupd): reading from it stops",
+                        slot.address,
+                        self.topic,
+                    )
+                else:
+                    log.debug("extra connection %s not needed for the budget: closing it", key)
+                slot.draining = True
+                self._shape = ()
+
     def _to_connect(self, targets: Sequence[str], retry_now: bool = False) -> list[str]:
+        """The connection keys among ``targets`` that are not open and due a try."""
         now = time.monotonic()
         return [
             a
@@ -312,16 +369,17 @@ class ConsumerBase(Generic[Conn]):
         log.warning("%s; keeping the %s connection(s) open", exc, len(self._slots))
         self._next_poll = time.monotonic() + min(self.lookupd_poll_interval, EMPTY_POLL_INTERVAL_S)
 
-    def _producer_config(self, address: str) -> ClientConfig:
-        host, port = parse_address(address, DEFAULT_NSQD_TCP_PORT, "nsqd address")
+    def _producer_config(self, key: str) -> ClientConfig:
+        host, port = parse_address(_nsqd_of(key), DEFAULT_NSQD_TCP_PORT, "nsqd address")
         return self.config.replace(host=host, port=port)
 
-    def _connected(self, address: str, conn: Conn) -> None:
-        self._retry.pop(address, None)
-        self._slots[address] = _Slot(address, conn, conn.max_rdy_count, time.monotonic())
+    def _connected(self, key: str, conn: Conn) -> None:
+        self._retry.pop(key, None)
+        slot = _Slot(key, _nsqd_of(key), conn, conn.max_rdy_count, time.monotonic())
+        self._slots[key] = slot
         self._shape = ()
-        self._on_slot_added(self._slots[address])
-        log.debug("reading %s/%s from nsqd at %s", self.topic, self.channel, address)
+        self._on_slot_added(slot)
+        log.debug("reading %s/%s from nsqd at %s", self.topic, self.channel, key)
 
     def _connect_failed(self, address: str, exc: BaseException) -> None:
         """Log an nsqd that could not be reached (and back off), or raise what is not
@@ -370,7 +428,7 @@ class ConsumerBase(Generic[Conn]):
         return [m for m in got if _alive(m._conn)]
 
     def _drop_broken(self) -> None:
-        for address, slot in list(self._slots.items()):
+        for key, slot in list(self._slots.items()):
             if slot.alive:
                 continue
             lost = slot.in_flight()
@@ -378,26 +436,27 @@ class ConsumerBase(Generic[Conn]):
             log.warning(
                 "connection to nsqd at %s lost (%s); %s unanswered message(s) come back "
                 "after its msg_timeout",
-                address,
+                key,
                 why,
                 lost,
             )
             self._remove(slot)
             if self._buffer:
                 self._buffer = [m for m in self._buffer if m._conn is not slot.conn]
-            self._retry.setdefault(address, (time.monotonic() + RECONNECT_START_S, 1.0))
+            self._retry.setdefault(key, (time.monotonic() + RECONNECT_START_S, 1.0))
 
     def _remove(self, slot: _Slot[Conn]) -> None:
-        self._slots.pop(slot.address, None)
+        self._slots.pop(slot.key, None)
         self._on_slot_removed(slot)
         slot.conn._teardown()
         self._shape = ()
 
     def _drained(self) -> list[_Slot[Conn]]:
-        """Slots of vanished producers whose messages are all answered: close them."""
+        """Draining slots (a vanished producer, an extra connection the budget no longer
+        needs) whose messages are all answered: close them."""
         done = [s for s in self._slots.values() if s.draining and s.in_flight() == 0]
         for slot in done:
-            self._slots.pop(slot.address, None)
+            self._slots.pop(slot.key, None)
             self._on_slot_removed(slot)
         if done:
             self._shape = ()
@@ -414,21 +473,23 @@ class ConsumerBase(Generic[Conn]):
         slots = [s for s in self._slots.values() if not s.closing and s.alive]
         active = [s for s in slots if not s.draining]
         in_flight = [s.in_flight() for s in active]
+        # What a draining connection still holds counts against the budget until answered.
+        budget = max(self._budget - sum(s.in_flight() for s in slots if s.draining), 0)
         # Busy: delivered lately, or took everything it was allowed since the last plan.
         busy = [
             now - s.last_delivery < IDLE_AFTER_S
             or (0 < s.rdy <= f and s.last_delivery >= self._planned_at)
             for s, f in zip(active, in_flight, strict=True)
         ]
-        spare = self._budget - sum(in_flight)
+        spare = budget - sum(in_flight)
         rotate = 0 < spare < len(active) and now >= self._next_rotation
         if rotate:
             self._offset += max(spare, 1)
             self._next_rotation = now + ROTATE_INTERVAL_S
         settling = tuple(now < s.reserved_until for s in active)
         shape = (
-            self._budget,
-            tuple(s.address for s in active),
+            budget,
+            tuple(s.key for s in active),
             tuple(busy),
             settling,
             self._offset,
@@ -438,7 +499,7 @@ class ConsumerBase(Generic[Conn]):
         self._shape = shape
         self._planned_at = now
         planned = plan_ready(
-            self._budget,
+            budget,
             in_flight,
             [s.limit for s in active],
             busy,
@@ -449,10 +510,10 @@ class ConsumerBase(Generic[Conn]):
             max(f, s.rdy, s.reserved if settle else 0)
             for s, f, settle in zip(active, in_flight, settling, strict=True)
         ]
-        counts = keep_within(self._budget, planned, committed)
-        plan = {s.address: c for s, c in zip(active, counts, strict=True)}
+        counts = keep_within(budget, planned, committed)
+        plan = {s.key: c for s, c in zip(active, counts, strict=True)}
         for slot in slots:
-            want = plan.get(slot.address, 0)
+            want = plan.get(slot.key, 0)
             if want != slot.rdy:
                 if want < slot.rdy:
                     slot.reserved = max(slot.rdy, slot.reserved if now < slot.reserved_until else 0)
@@ -461,13 +522,14 @@ class ConsumerBase(Generic[Conn]):
                     slot.conn.ready(want)
                     slot.rdy = want
                 except NSQError as exc:
-                    log.debug("RDY to %s failed: %s", slot.address, exc)
+                    log.debug("RDY to %s failed: %s", slot.key, exc)
         self._drop_broken()
 
     def _set_budget(self, budget: int) -> None:
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
             raise NSQValueError(f"max_in_flight must be an int >= 0, got {budget!r}")
         self._budget = budget
+        self._mark_draining()
         self._rebalance(force=True)
 
     # -- shapes: checks and the parts both drivers share ------------------------------------
@@ -674,7 +736,7 @@ class NSQConsumer(ConsumerBase[NSQConnection]):
                 self._discover()
             except NSQError as exc:
                 self._lookup_failed(exc)
-        new = self._to_connect(self._wanted)
+        new = self._to_connect(self._wanted_keys())
         if new:
             self._connect(new)
         for slot in self._drained():
@@ -739,6 +801,10 @@ class NSQConsumer(ConsumerBase[NSQConnection]):
         self._check_open(starting=True)
         self._started = self._streaming = True
         self._connect_all()
+        self._budget = budget
+        extra = self._to_connect(self._wanted_keys(), retry_now=True)
+        if extra:  # more connections per nsqd (max_connections_per_nsqd)
+            self._connect(extra)
         self._set_budget(budget)
         return self
 
@@ -899,7 +965,7 @@ class AsyncNSQConsumer(ConsumerBase[AsyncNSQConnection]):
                 await self._discover()
             except NSQError as exc:
                 self._lookup_failed(exc)
-        new = self._to_connect(self._wanted)
+        new = self._to_connect(self._wanted_keys())
         if new:
             await self._connect(new)
         for slot in self._drained():
@@ -954,6 +1020,10 @@ class AsyncNSQConsumer(ConsumerBase[AsyncNSQConnection]):
         self._check_open(starting=True)
         self._started = self._streaming = True
         await self._connect_all()
+        self._budget = budget
+        extra = self._to_connect(self._wanted_keys(), retry_now=True)
+        if extra:  # more connections per nsqd (max_connections_per_nsqd)
+            await self._connect(extra)
         self._set_budget(budget)
         return self
 

@@ -7,9 +7,12 @@ keeps every delivered message in flight until the reader says "FIN these" (Spark
 their batch) or closes (REQ the rest, so nsqd redelivers them at once).
 
 While Spark runs a batch that process is idle, waiting for Spark's next call, so a pump
-thread owns the consumer: it reads (answering heartbeats and prefetching the next batch
-within the RDY window), TOUCHes messages held longer than half their msg_timeout, and runs
-the FIN/REQ the reader asks for. Only that thread touches the connections.
+thread owns the consumer (the project's consumer core, :class:`~..client.consumer.NSQConsumer`:
+every nsqd, found through nsqlookupd or listed, reconnects, one RDY budget): it reads
+(answering heartbeats, prefetching the next batch within the RDY window, joining nsqds
+that appear), TOUCHes messages held longer than half their msg_timeout, and runs the FIN
+the reader asks for. Only that thread touches the connections; when it stops, the
+consumer's ``close()`` REQs every message not FIN'd.
 
 Memory: everything in flight (held in batches, or prefetched) is bounded by the RDY window
 in messages, and the window is sized from the bodies seen so far so that it also holds
@@ -25,10 +28,10 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import accumulate
 from operator import attrgetter
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQError, NSQTimeoutError
@@ -39,26 +42,39 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.02
 # Body size assumed before any message arrived (sizes the first RDY window).
 INITIAL_SIZE_GUESS = 64 * 1024
+# nsqd's default msg_timeout, until a connection's IDENTIFY response says otherwise.
+DEFAULT_MSG_TIMEOUT_MS = 60_000
 
 
 class Consumer(Protocol):
-    """What the holder needs from a consumer (the multi-nsqd consumer core's shape)."""
+    """What the holder uses of a consumer: the blocking consumer core's API
+    (:class:`~..client.consumer.NSQConsumer`)."""
 
-    msg_timeout_ms: int
+    @property
+    def connections(self) -> Mapping[str, Any]: ...
 
-    def start(self, max_in_flight: int) -> None: ...
+    def start(self, max_in_flight: int) -> Any: ...
 
-    def change_max_in_flight(self, max_in_flight: int) -> None: ...
+    def set_max_in_flight(self, max_in_flight: int) -> None: ...
 
-    def read(self, timeout: float) -> list[NSQMessage]: ...
+    def read(self, timeout: float = ...) -> list[NSQMessage]: ...
 
-    def finish(self, messages: list[NSQMessage]) -> None: ...
+    def in_flight(self) -> int: ...
 
-    def requeue(self, messages: list[NSQMessage], delay_ms: int = 0) -> None: ...
+    def finish(self, *messages: NSQMessage) -> None: ...
 
-    def touch(self, messages: list[NSQMessage]) -> None: ...
+    def touch(self, *messages: NSQMessage) -> None: ...
 
-    def close(self, requeue: list[NSQMessage] = ...) -> None: ...
+    def close(self) -> None: ...
+
+
+def shortest_msg_timeout_ms(consumer: Consumer) -> int:
+    """The shortest msg_timeout among the consumer's connections (IDENTIFY response),
+    or nsqd's default while none is open."""
+    timeouts = [c.server_info.get("msg_timeout") for c in consumer.connections.values()]
+    return min((t for t in timeouts if isinstance(t, int) and t > 0), default=None) or (
+        DEFAULT_MSG_TIMEOUT_MS
+    )
 
 
 _BODY = attrgetter("body")
@@ -116,7 +132,11 @@ class MessageHolder:
     def start(self) -> None:
         """Connect and subscribe (errors raise here), then start the pump thread."""
         self._window = self._window_for_size()
-        self._consumer.start(self._window)
+        try:
+            self._consumer.start(self._window)
+        except BaseException:
+            self._consumer.close()
+            raise
         self._thread = threading.Thread(target=self._pump, name="nsq-stream-pump", daemon=True)
         self._thread.start()
 
@@ -129,7 +149,7 @@ class MessageHolder:
             self._cond.notify_all()
         thread = self._thread
         if thread is None:
-            self._consumer.close(requeue=[])
+            self._consumer.close()
         elif thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
@@ -182,6 +202,8 @@ class MessageHolder:
                     if fits and chunk_size >= 0 and size + chunk_size <= max_bytes:
                         batch += messages
                         size += chunk_size
+                        # Exactly full: done, no waiting for a message that cannot fit.
+                        full = len(batch) >= max_messages or size >= max_bytes
                         continue
                     sizes = list(accumulate(map(len, map(_BODY, messages))))
                     count = min(max_messages - len(batch), bisect_right(sizes, max_bytes - size))
@@ -195,7 +217,7 @@ class MessageHolder:
                         left = _Chunk(rest, sum(map(len, map(_BODY, rest))))
                         pending.appendleft(left)
                         self._pending_bytes += left.size
-                    if len(batch) >= max_messages:
+                    if len(batch) >= max_messages or size >= max_bytes:
                         full = True
                 if full:
                     break
@@ -210,10 +232,14 @@ class MessageHolder:
                 self._cond.wait(wait_until - now)
         return batch
 
-    def finish(self, messages: list[NSQMessage], timeout: float = 30.0) -> None:
-        """FIN ``messages`` (on the pump thread); returns once they are written."""
+    def finish(
+        self, messages: list[NSQMessage], timeout: float = 30.0, *, wait: bool = True
+    ) -> None:
+        """FIN ``messages`` (on the pump thread); returns once they are written, or at
+        once with ``wait=False`` (then a failure to write them fails the next call).
+        Either way they are written before :meth:`close` REQs what is left."""
         if messages:
-            self._run(lambda: self._consumer.finish(messages), timeout, "FIN")
+            self._run(lambda: self._consumer.finish(*messages), timeout if wait else None, "FIN")
 
     @property
     def pending(self) -> int:
@@ -221,7 +247,7 @@ class MessageHolder:
         with self._cond:
             return sum(len(c.messages) for c in self._pending)
 
-    def _run(self, work: Callable[[], None], timeout: float, what: str) -> None:
+    def _run(self, work: Callable[[], None], timeout: float | None, what: str) -> None:
         done = threading.Event()
         errors: list[BaseException] = []
 
@@ -237,6 +263,8 @@ class MessageHolder:
         with self._cond:
             self._raise_failure()
             self._work.append(task)
+        if timeout is None:
+            return
         if not done.wait(timeout):
             raise NSQTimeoutError(f"nsq: the pump thread did not send {what} within {timeout}s")
         if errors:
@@ -253,7 +281,6 @@ class MessageHolder:
 
     def _pump(self) -> None:
         consumer = self._consumer
-        touch_after = max(consumer.msg_timeout_ms / 2000.0, 0.5)
         next_touch_check = 0.0
         try:
             while True:
@@ -265,10 +292,12 @@ class MessageHolder:
                     task()
                 window = self._window_for_size()
                 if abs(window - self._window) * 4 > self._window:  # > 25 %: worth an RDY
-                    consumer.change_max_in_flight(window)
+                    consumer.set_max_in_flight(window)
                     self._window = window
                 now = time.monotonic()
                 if now >= next_touch_check:
+                    # Every nsqd's msg_timeout may differ, and nsqds join later (lookupd).
+                    touch_after = max(shortest_msg_timeout_ms(consumer) / 2000.0, 0.5)
                     self._touch_due(now - touch_after)
                     next_touch_check = now + min(1.0, touch_after / 4)
                 got = consumer.read(POLL_INTERVAL_S)
@@ -309,7 +338,7 @@ class MessageHolder:
         now = time.monotonic()
         held = [m for d in due for m in d.messages if not m._responded]
         if held:
-            self._consumer.touch(held)
+            self._consumer.touch(*held)
             self.touches += 1
         for d in due:
             d.touched = now
@@ -323,14 +352,15 @@ class MessageHolder:
                 task()
             except BaseException:
                 pass
-        held = [m for d in self._deliveries for m in d.messages if not m._responded]
+        held = 0
         try:
-            consumer.close(requeue=held)
-            self.requeued = len(held)
+            held = consumer.in_flight()  # what close() REQs: held, prefetched, unread
+            consumer.close()  # RDY 0 and CLS first, so nsqd does not hand them back
+            self.requeued = held
         except (NSQError, OSError) as exc:
             log.warning(
                 "nsq: could not REQ %s held messages (%s); nsqd redelivers them after "
                 "their msg_timeout",
-                len(held),
+                held,
                 exc,
             )

@@ -4,8 +4,10 @@ Where each piece runs and where the rows live:
 
 - Spark starts one Python process on the driver for the query's source (pyspark's
   ``python_streaming_source_runner``); :class:`NSQStreamReader` runs there for the whole
-  query. It opens the connections, and a :class:`~.message_holder.MessageHolder` keeps
-  every delivered message in flight on the connection that received it.
+  query. It reads through the project's consumer core
+  (:class:`~..client.consumer.NSQConsumer`: every nsqd listed, or found through
+  nsqlookupd and re-polled), and a :class:`~.message_holder.MessageHolder` keeps every
+  delivered message in flight on the connection that received it.
 - ``latestOffset`` cuts the next batch from the delivered messages (bounded by
   ``max_messages_per_batch`` and ``max_bytes_per_batch``), turns it into Arrow and keeps
   it, as Arrow IPC bytes, until the batch is done; ``partitions`` hands those bytes to
@@ -57,11 +59,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ..client.consumer import NSQConsumer
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQValueError
 from .message_holder import MessageHolder
 from .reader_options import NSQReadOptions
-from .static_consumer import StaticNSQDConsumer, message_nsqd
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -123,7 +125,7 @@ def messages_to_arrow(messages: list[NSQMessage], topic: str, channel: str) -> p
         code = codes.get(cls)
         if code is None:
             code = codes[cls] = len(names)
-            names.append(message_nsqd(m))
+            names.append(m.nsqd or "")
         index.append(code)
     nsqd = pa.DictionaryArray.from_arrays(pa.array(index, pa.int32()), pa.array(names, pa.string()))
     columns = [
@@ -167,7 +169,7 @@ class _Run:
     def __init__(self, options: NSQReadOptions) -> None:
         self.options = options
         self.token = uuid.uuid4().hex[:12]  # tells this run's offsets from a restart's
-        consumer = StaticNSQDConsumer(options.client_configs(), options.topic, options.channel)
+        consumer = NSQConsumer(options.topic, options.channel, **options.consumer_options())
         self.holder = MessageHolder(
             consumer,
             max_in_flight=options.max_in_flight,
@@ -188,7 +190,9 @@ class _Run:
             return
         done = [b for n, b in self.batches.items() if n <= offset["batch"]]
         for batch in done:
-            self.holder.finish(batch.messages)
+            # Spark waits for this call: FIN without waiting for the write (the pump
+            # writes it before anything else, and before close() REQs what is left).
+            self.holder.finish(batch.messages, wait=False)
             del self.batches[batch.number]
             log.info("nsq: FIN'd the %s messages of batch %s", len(batch.messages), batch.number)
 

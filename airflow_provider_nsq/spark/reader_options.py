@@ -13,15 +13,24 @@ from typing import Any
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import ClientConfig
+from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
+from ..client.lookupd import parse_lookupd_address
 from ..client.setting_values import parse_int, parse_seconds
 from ..protocol.errors import NSQError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
 from .options import _CLIENT_OPTIONS, NSQOptionError, _option
 
-DEFAULT_MAX_MESSAGES_PER_BATCH = 100_000
+# A batch is held in flight until Spark commits it, and nsqd lets one connection have at
+# most --max-rdy-count (2500) unanswered: batch size, connections per nsqd and memory go
+# together. docs/spark.md ("Batch size, connections and memory") has the measurements:
+# Spark's cost per micro-batch makes batches under ~40,000 small messages slow.
+DEFAULT_MAX_MESSAGES_PER_BATCH = 40_000
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_BATCH_TIMEOUT_S = 1.0
 DEFAULT_MIN_PARTITIONS = 2
+#: Enough for one nsqd with the default --max-rdy-count to hold the default budget
+#: (2 x 40,000 messages / 2,500 per connection).
+DEFAULT_MAX_CONNECTIONS_PER_NSQD = 32
 
 # Options of the stream reader itself (the client options are shared with the writer).
 _READER_OPTIONS = (
@@ -30,6 +39,8 @@ _READER_OPTIONS = (
     "nsqd",
     "nsqd_tcp_addresses",
     "lookupd_http_addresses",
+    "lookupd_poll_interval",
+    "max_connections_per_nsqd",
     "max_messages_per_batch",
     "max_bytes_per_batch",
     "max_in_flight",
@@ -71,17 +82,35 @@ def _addresses(name: str, raw: str, default_port: int) -> tuple[tuple[str, int],
     return tuple(dict.fromkeys(out))  # the same nsqd twice would double its share
 
 
+def _lookupds(raw: str) -> tuple[str, ...]:
+    name = "lookupd_http_addresses"
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not items:
+        raise NSQOptionError(name, "expected a comma-separated list of nsqlookupd HTTP host:port")
+    for item in items:
+        try:
+            parse_lookupd_address(item)
+        except NSQValueError as exc:
+            raise NSQOptionError(name, str(exc)) from None
+    return tuple(dict.fromkeys(items))
+
+
 @dataclass(frozen=True)
 class NSQReadOptions:
     """Checked options of one ``spark.readStream.format("nsq")`` query.
 
     ``client`` holds only the ClientConfig fields the user set; the rest keep the client's
-    defaults, applied where the connections are opened.
+    defaults, applied where the connections are opened. With ``lookupd_http_addresses``
+    the nsqds are found through nsqlookupd and ``nsqd_tcp_addresses`` is not read from
+    (as for an Airflow connection: those are where the writer publishes).
     """
 
     topic: str
     channel: str
     nsqd_tcp_addresses: tuple[tuple[str, int], ...]
+    lookupd_http_addresses: tuple[str, ...] = ()
+    lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL_S
+    max_connections_per_nsqd: int = DEFAULT_MAX_CONNECTIONS_PER_NSQD
     max_messages_per_batch: int = DEFAULT_MAX_MESSAGES_PER_BATCH
     max_bytes_per_batch: int = DEFAULT_MAX_BYTES_PER_BATCH
     max_in_flight: int = 2 * DEFAULT_MAX_MESSAGES_PER_BATCH
@@ -118,12 +147,17 @@ class NSQReadOptions:
         except NSQValueError as exc:
             raise NSQOptionError("channel", str(exc)) from None
 
+        lookupds: tuple[str, ...] = ()
         if "lookupd_http_addresses" in given:
-            raise NSQOptionError(
-                "lookupd_http_addresses",
-                "not supported yet: list the nsqd with 'nsqd_tcp_addresses' (discovery "
-                "through nsqlookupd comes with the multi-nsqd consumer)",
+            lookupds = _lookupds(given["lookupd_http_addresses"])
+        poll_interval = DEFAULT_LOOKUPD_POLL_INTERVAL_S
+        if "lookupd_poll_interval" in given:
+            poll_interval = _option(
+                "lookupd_poll_interval", parse_seconds, given["lookupd_poll_interval"]
             )
+        max_connections = DEFAULT_MAX_CONNECTIONS_PER_NSQD
+        if "max_connections_per_nsqd" in given:
+            max_connections = _int("max_connections_per_nsqd", given["max_connections_per_nsqd"], 1)
         addresses: tuple[tuple[str, int], ...] = ()
         if "nsqd" in given:
             addresses += _addresses("nsqd", given["nsqd"], DEFAULT_NSQD_TCP_PORT)
@@ -133,9 +167,11 @@ class NSQReadOptions:
             addresses += _addresses(
                 "nsqd_tcp_addresses", given["nsqd_tcp_addresses"], DEFAULT_NSQD_TCP_PORT
             )
-        if not addresses:
+        if not addresses and not lookupds:
             raise NSQOptionError(
-                "nsqd_tcp_addresses", "required: 'nsqd' (host:port) or 'nsqd_tcp_addresses'"
+                "nsqd_tcp_addresses",
+                "required: 'nsqd' (host:port), 'nsqd_tcp_addresses', or "
+                "'lookupd_http_addresses' (nsqlookupd's HTTP host:port)",
             )
         addresses = tuple(dict.fromkeys(addresses))
 
@@ -171,6 +207,9 @@ class NSQReadOptions:
             topic=topic,
             channel=channel,
             nsqd_tcp_addresses=addresses,
+            lookupd_http_addresses=lookupds,
+            lookupd_poll_interval=poll_interval,
+            max_connections_per_nsqd=max_connections,
             max_messages_per_batch=max_messages,
             max_bytes_per_batch=max_bytes,
             max_in_flight=max_in_flight,
@@ -178,16 +217,17 @@ class NSQReadOptions:
             min_partitions=min_partitions,
             client=client,
         )
-        parsed.client_configs()  # ClientConfig checks ranges and combinations
+        parsed.client_config()  # ClientConfig checks ranges and combinations
         return parsed
 
-    def client_configs(self) -> list[ClientConfig]:
-        """One ClientConfig per nsqd, built where the connections are opened."""
+    def client_config(self) -> ClientConfig:
+        """The settings of every connection (the consumer sets each nsqd's address),
+        built where the connections are opened."""
+        where: dict[str, Any] = {}
+        if self.nsqd_tcp_addresses:
+            where["host"], where["port"] = self.nsqd_tcp_addresses[0]
         try:
-            return [
-                ClientConfig(host=host, port=port, **self.client)
-                for host, port in self.nsqd_tcp_addresses
-            ]
+            return ClientConfig(**where, **self.client)
         except NSQError as exc:
             text = str(exc)
             named = [key for key in self.client if key in text]
@@ -195,9 +235,15 @@ class NSQReadOptions:
                 named[0] if named else "nsqd_tcp_addresses", text.removeprefix("ClientConfig.")
             ) from None
 
-    @property
-    def nsqd_description(self) -> str:
-        return ",".join(format_address(h, p) for h, p in self.nsqd_tcp_addresses)
+    def consumer_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~..client.consumer.NSQConsumer` for this query."""
+        return {
+            "config": self.client_config(),
+            "nsqd_tcp_addresses": [format_address(h, p) for h, p in self.nsqd_tcp_addresses],
+            "lookupd_http_addresses": list(self.lookupd_http_addresses),
+            "lookupd_poll_interval": self.lookupd_poll_interval,
+            "max_connections_per_nsqd": self.max_connections_per_nsqd,
+        }
 
     def __repr__(self) -> str:
         # Never print the AUTH secret (Spark logs plans and errors).

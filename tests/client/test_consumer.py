@@ -320,6 +320,90 @@ def test_a_stream_reads_every_nsqd_and_never_holds_more_than_its_budget(
     wait_settled(topology, nsq_topic)
 
 
+def clients_of(nsqd: Any, topic: str, channel: str = "c") -> int:
+    return len((nsqd.channel_stats(topic, channel) or {}).get("clients") or [])
+
+
+def test_a_budget_beyond_max_rdy_count_opens_more_connections_per_nsqd(
+    mode, nsq_topology, nsq_topic
+) -> None:
+    # nsqd lets one connection have at most --max-rdy-count (10 here) unanswered: holding
+    # 35 needs 4 connections to an nsqd that has them all.
+    topology = nsq_topology(n=2, max_rdy_count=10)
+    bodies = publish_spread(topology, nsq_topic, [40, 40])
+    consumer = make(
+        mode,
+        nsq_topic,
+        nsqd_tcp_addresses=topology.nsqd_tcp_addresses,
+        max_connections_per_nsqd=4,
+    )
+    try:
+        consumer.start(35)
+        assert len(consumer.connections) == 8
+        assert [clients_of(n, nsq_topic) for n in topology.nsqds] == [4, 4]
+        held = read_until(consumer, 35)
+        assert len(held) == 35  # more than 2 x 10: every connection delivers
+        assert consumer.read(0.5) == []  # and never beyond the budget
+        assert {m.nsqd for m in held} == set(topology.nsqd_tcp_addresses)
+        got = held
+        consumer.finish(*held)  # each on the connection that delivered it
+        while len(got) < 80:
+            batch = read_until(consumer, 1)
+            assert batch, "the stream stalled"
+            assert consumer.in_flight() <= 35
+            consumer.finish(*batch)
+            got += batch
+    finally:
+        consumer.close()
+    assert sorted(m.body for m in got) == sorted(bodies)
+    wait_settled(topology, nsq_topic)  # all FIN'd: none answered on the wrong connection
+
+
+def test_extra_connections_close_once_the_budget_no_longer_needs_them(
+    mode, nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=1, max_rdy_count=10)
+    [server] = topology.nsqds
+    publish_spread(topology, nsq_topic, [30])
+    consumer = make(
+        mode,
+        nsq_topic,
+        nsqd_tcp_addresses=topology.nsqd_tcp_addresses,
+        max_connections_per_nsqd=8,
+    )
+    try:
+        consumer.start(25)
+        assert list(consumer.connections) == [
+            server.tcp_address,
+            f"{server.tcp_address}#2",
+            f"{server.tcp_address}#3",
+        ]
+        held = read_until(consumer, 25)
+        assert len(held) == 25
+        consumer.set_max_in_flight(8)  # one connection is enough now
+        assert consumer.read(0.3) == []  # what is held stays held
+        assert len(consumer.connections) == 3
+        consumer.finish(*held)
+        done = len(held)
+        deadline = time.monotonic() + 10
+        while len(consumer.connections) > 1 and time.monotonic() < deadline:
+            batch = consumer.read(0.1)
+            consumer.finish(*batch)
+            done += len(batch)
+        assert list(consumer.connections) == [server.tcp_address]
+        server.wait_for(lambda: clients_of(server, nsq_topic) == 1, timeout=10)
+        consumer.set_max_in_flight(20)  # and they come back when it grows again
+        deadline = time.monotonic() + 10
+        while len(consumer.connections) < 2 and time.monotonic() < deadline:
+            batch = consumer.read(0.1)
+            consumer.finish(*batch)
+            done += len(batch)
+        assert len(consumer.connections) == 2
+    finally:
+        consumer.close()  # REQs whatever it still held
+    wait_settled(topology, nsq_topic, depth=30 - done)
+
+
 def test_a_budget_smaller_than_the_nsqds_gives_each_its_turn(mode, nsq_topology, nsq_topic) -> None:
     topology = nsq_topology(n=3)
     publish_spread(topology, nsq_topic, [20, 20, 20])

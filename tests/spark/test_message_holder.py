@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client.consumer import NSQConsumer
 from airflow_provider_nsq.spark.message_holder import MessageHolder
-from airflow_provider_nsq.spark.static_consumer import StaticNSQDConsumer, message_nsqd
 
 CHANNEL = "holder"
 
@@ -43,8 +43,11 @@ def holder_for(nsqd: Any) -> Iterator[Any]:
         topic: str, *, max_in_flight: int = 100, max_bytes_in_flight: int = 1 << 20, **config: Any
     ) -> MessageHolder:
         server = config.pop("server", nsqd)
-        consumer = StaticNSQDConsumer(
-            [ClientConfig(host=server.host, port=server.tcp_port, **config)], topic, CHANNEL
+        consumer = NSQConsumer(
+            topic,
+            CHANNEL,
+            config=ClientConfig(host=server.host, port=server.tcp_port, **config),
+            max_connections_per_nsqd=32,  # the reader's default
         )
         holder = MessageHolder(
             consumer, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight
@@ -73,7 +76,7 @@ def test_batches_respect_the_count_and_byte_bounds(
     rest = holder.take(1000, 10**9, idle=0.5)  # until the channel runs dry
 
     assert [len(by_bytes), len(by_count), len(rest)] == [10, 7, 33]
-    assert {message_nsqd(m) for m in by_bytes} == {nsqd.tcp_address}
+    assert {m.nsqd for m in by_bytes} == {nsqd.tcp_address}
     # Nothing is FIN'd until asked: all 50 are in flight.
     assert nsqd.channel_stats(nsq_topic, CHANNEL)["in_flight_count"] == 50
     holder.finish(by_bytes + by_count + rest)
@@ -154,3 +157,30 @@ def test_the_rdy_window_follows_the_byte_bound(nsqd: Any, nsq_topic: str, holder
         assert 1 <= len(batch) <= 3
         holder.finish(batch)
         got += len(batch)
+
+
+def test_nsqds_that_appear_later_are_read_too(nsq_topology: Any, nsq_topic: str) -> None:
+    topology = nsq_topology(n=2)
+    first, second = topology.nsqds
+    publish(first, nsq_topic, [b"early"])
+    topology.wait_for_producers(nsq_topic, 1)
+    consumer = NSQConsumer(
+        nsq_topic,
+        CHANNEL,
+        lookupd_http_addresses=topology.lookupd_http_addresses,
+        lookupd_poll_interval=0.3,
+    )
+    holder = MessageHolder(consumer, max_in_flight=100, max_bytes_in_flight=1 << 20)
+    holder.start()
+    try:
+        early = holder.take(1, 10**9, until=soon())
+        assert [(m.body, m.nsqd) for m in early] == [(b"early", first.tcp_address)]
+        publish(second, nsq_topic, [b"late"])  # a new producer: nsqlookupd lists it
+        late = holder.take(1, 10**9, until=soon())
+        assert [(m.body, m.nsqd) for m in late] == [(b"late", second.tcp_address)]
+        holder.finish(early + late)
+    finally:
+        holder.close()
+    for server in (first, second):
+        server.wait_for(lambda s=server: s.channel_stats(nsq_topic, CHANNEL)["depth"] == 0)
+        assert server.channel_stats(nsq_topic, CHANNEL)["in_flight_count"] == 0

@@ -237,6 +237,36 @@ def test_a_batch_longer_than_msg_timeout_and_heartbeats_keeps_its_messages(
     assert_all_finished(nsqd, nsq_topic)
 
 
+def test_nsqlookupd_finds_every_nsqd_and_each_row_names_its_nsqd(
+    spark: Any, nsq_topology: Any, nsq_topic: str, tmp_path: Path
+) -> None:
+    topology = nsq_topology(n=2)
+    sent: dict[str, list[bytes]] = {}
+    for i, server in enumerate(topology.nsqds):
+        sent[server.tcp_address] = [b"nsqd%d-%03d" % (i, j) for j in range(150 + 50 * i)]
+        publish(server, nsq_topic, sent[server.tcp_address])
+    topology.wait_for_producers(nsq_topic)
+    df = (
+        spark.readStream.format("nsq")
+        .option("lookupd_http_addresses", ",".join(topology.lookupd_http_addresses))
+        .option("topic", nsq_topic)
+        .option("channel", CHANNEL)
+        .option("batch_timeout", "0.5")
+        .option("max_messages_per_batch", "120")
+        .load()
+    )
+
+    name, _ = drain_to_memory(df, tmp_path)
+
+    rows = spark.sql(f"select body, nsqd from {name}").collect()
+    got: dict[str, list[bytes]] = {}
+    for r in rows:
+        got.setdefault(r.nsqd, []).append(bytes(r.body))
+    assert {nsqd: sorted(bodies) for nsqd, bodies in got.items()} == sent  # all, once each
+    for server in topology.nsqds:
+        assert_all_finished(server, nsq_topic)
+
+
 @pytest.mark.parametrize(
     ("options", "option_named"),
     [
