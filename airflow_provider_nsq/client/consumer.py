@@ -57,6 +57,7 @@ from ..protocol.errors import (
     NSQProtocolError,
     NSQStateError,
     NSQTimeoutError,
+    NSQTLSError,
     NSQValueError,
 )
 from ..protocol.names import validate_channel_name, validate_topic_name
@@ -399,10 +400,13 @@ class ConsumerBase(Generic[Conn]):
         )
 
     def _check_reachable(self, attempted: Sequence[str], errors: Sequence[BaseException]) -> None:
-        """After a first connect: none of several nsqds reachable is an error."""
+        """After a first connect: none of several nsqds reachable is an error. When every
+        one failed its TLS handshake it is a TLS error: a setting to fix, not an outage
+        to wait out."""
         if attempted and not self._slots:
             reasons = "; ".join(f"{a} ({e})" for a, e in zip(attempted, errors, strict=True))
-            raise NSQConnectionError(
+            tls = all(isinstance(e, NSQTLSError) for e in errors)
+            raise (NSQTLSError if tls else NSQConnectionError)(
                 f"could not read {self.topic}/{self.channel} from any nsqd: {reasons}"
             )
 

@@ -52,7 +52,7 @@ from ..client.records import MessageFilter, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT, DEFAULT_MSG_TIMEOUT_MS
-from ..protocol.errors import NSQError, NSQValueError
+from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
 
 try:
@@ -106,6 +106,9 @@ async def _start_consumer(
         )
         try:
             await consumer.start(max_in_flight)
+        except NSQTLSError:
+            await consumer.close()
+            raise  # every nsqd refused the TLS handshake: retrying will not fix it
         except UNREACHABLE as exc:
             await consumer.close()
             log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, backoff)

@@ -15,7 +15,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import SharedStreamManager
 
 from airflow_provider_nsq.client.records import decode_record_body
-from airflow_provider_nsq.protocol.errors import NSQValueError
+from airflow_provider_nsq.protocol.errors import NSQTLSError, NSQValueError
 from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
 
 from .conftest import read
@@ -469,3 +469,21 @@ def test_run_cancelled_before_the_fin_requeues_the_message(nsqd, nsq_default, ns
     nsqd.wait_for(lambda: not _channel(nsqd, nsq_topic)["clients"], 10)
     (again,) = read(nsqd, nsq_topic, CHANNEL, count=1)
     assert again.attempts == 2
+
+
+def test_a_tls_setting_no_nsqd_accepts_fails_the_trigger_at_once(nsqd_factory, monkeypatch):
+    # An nsqd without TLS and a connection that requires it: waiting cannot help, so the
+    # asset's trigger fails with the TLS error instead of retrying in the background.
+    plain = nsqd_factory()
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{plain.tcp_address}?tls=true")
+
+    async def scenario() -> BaseException:
+        triggerer = Triggerer()
+        triggerer.start(1, _trigger("tls_topic"))
+        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.stop_all()
+        return triggerer.failures[1]
+
+    failure = asyncio.run(scenario())
+    assert isinstance(failure, NSQTLSError), failure
+    assert plain.tcp_address in str(failure)

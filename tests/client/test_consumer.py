@@ -24,6 +24,7 @@ from airflow_provider_nsq.protocol.errors import (
     NSQConnectionError,
     NSQServerError,
     NSQStateError,
+    NSQTLSError,
     NSQValueError,
 )
 from tests.client.net import TCPProxy, closed_port
@@ -190,6 +191,21 @@ def test_no_nsqd_reachable_is_an_error_naming_them(mode, nsq_topic) -> None:
     finally:
         consumer.close()
     assert all(a in str(info.value) for a in dead)
+
+
+def test_tls_refused_by_every_nsqd_is_a_tls_error_not_an_outage(
+    mode, nsqd_factory, nsq_topic
+) -> None:
+    # A broker without TLS: a consumer that requires it can never read, so starting is
+    # an NSQTLSError to fix (callers that wait out outages must not wait on this).
+    plain = [nsqd_factory().tcp_address, nsqd_factory().tcp_address]
+    consumer = make(mode, nsq_topic, config=ClientConfig(tls=True), nsqd_tcp_addresses=plain)
+    try:
+        with pytest.raises(NSQTLSError) as info:
+            consumer.start(10)
+    finally:
+        consumer.close()
+    assert all(a in str(info.value) for a in plain)
 
 
 def test_a_topic_no_nsqd_has_yet_is_an_empty_window(mode, nsq_topology, nsq_topic) -> None:
