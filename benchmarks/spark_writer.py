@@ -126,6 +126,7 @@ def main() -> int:
     baseline_rows = args.baseline_rows or args.rows
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # Spark's driver listens on loopback only
     from pyspark.sql import SparkSession
 
     from airflow_provider_nsq.spark import register

@@ -245,6 +245,8 @@ def configure_airflow(home: str, nsq: NSQ, verbose: bool) -> None:
             # Spark's Python workers must be this interpreter (it has the provider).
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # Spark's driver (and spark-submit's) listens on loopback only.
+            "SPARK_LOCAL_IP": "127.0.0.1",
             "NSQ_STAGING_DIR": str(Path(home) / "staging"),
         }
     )

@@ -34,6 +34,8 @@ os.environ.update(
     {
         "AIRFLOW_HOME": _AIRFLOW_HOME,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # Spark's driver, and every spark-submit a test starts, listen on loopback only.
+        "SPARK_LOCAL_IP": "127.0.0.1",
         "AIRFLOW__CORE__DAGS_FOLDER": str(TEST_DAGS),
         "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
             [
