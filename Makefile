@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/throughput.py
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_writer.py --rows 100000
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_reader.py --messages 200000
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
