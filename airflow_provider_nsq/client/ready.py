@@ -6,8 +6,8 @@ too (starting at a rotating offset, so no connection always gets the short share
 the split follows where the messages are:
 
 - what a connection holds unanswered stays counted against the budget (its RDY never
-  drops below it), so the messages in flight across all connections never exceed the
-  budget;
+  drops below it), so the messages in flight across all connections stay within the
+  budget (but see the last point);
 - every connection keeps at least one RDY beyond what it holds while the budget allows
   it (``budget >= connections``), so a producer that was quiet is noticed as soon as it
   has messages again: none is starved;
@@ -20,7 +20,10 @@ the split follows where the messages are:
 - never above any nsqd's ``max_rdy_count`` (from its IDENTIFY response);
 - moving RDY from one connection to another takes two steps (:func:`keep_within`): nsqd
   may already have sent a connection what its old RDY allowed, so what is taken away is
-  given to another only once that has had time to arrive.
+  given to another only once that has had time to arrive. NSQ does not acknowledge RDY,
+  so "had time" is a delay (the consumer's ``SETTLE_S``): an nsqd stalled for longer than
+  that can still deliver its old allowance, and the budget is then exceeded by at most
+  that much until those messages are answered.
 """
 
 from __future__ import annotations
