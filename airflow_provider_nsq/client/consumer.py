@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ..protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ..protocol.errors import (
     NSQConnectionError,
     NSQError,
@@ -246,6 +247,17 @@ class ConsumerBase(Generic[Conn]):
     def max_in_flight(self) -> int:
         """The in-flight budget shared by every connection."""
         return self._budget
+
+    @property
+    def msg_timeout_ms(self) -> int:
+        """The shortest msg_timeout of the live connections (from their IDENTIFY
+        responses): what held messages must be TOUCHed within. Before any connection is
+        open, the config's ``msg_timeout_ms`` or nsqd's default."""
+        negotiated = [s.conn.server_info.get("msg_timeout") for s in self._slots.values()]
+        known = [t for t in negotiated if isinstance(t, int) and t > 0]
+        if known:
+            return min(known)
+        return self.config.msg_timeout_ms or DEFAULT_MSG_TIMEOUT_MS
 
     def ready_counts(self) -> dict[str, int]:
         """The RDY count last sent on each connection (keyed as :attr:`connections`)."""

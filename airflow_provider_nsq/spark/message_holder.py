@@ -28,7 +28,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Protocol
@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.02
 # Body size assumed before any message arrived (sizes the first RDY window).
 INITIAL_SIZE_GUESS = 64 * 1024
-# nsqd's default msg_timeout, until a connection's IDENTIFY response says otherwise.
-DEFAULT_MSG_TIMEOUT_MS = 60_000
 
 
 class Consumer(Protocol):
@@ -51,7 +49,7 @@ class Consumer(Protocol):
     (:class:`~..client.consumer.NSQConsumer`)."""
 
     @property
-    def connections(self) -> Mapping[str, Any]: ...
+    def msg_timeout_ms(self) -> int: ...
 
     def start(self, max_in_flight: int) -> Any: ...
 
@@ -66,15 +64,6 @@ class Consumer(Protocol):
     def touch(self, *messages: NSQMessage) -> None: ...
 
     def close(self) -> None: ...
-
-
-def shortest_msg_timeout_ms(consumer: Consumer) -> int:
-    """The shortest msg_timeout among the consumer's connections (IDENTIFY response),
-    or nsqd's default while none is open."""
-    timeouts = [c.server_info.get("msg_timeout") for c in consumer.connections.values()]
-    return min((t for t in timeouts if isinstance(t, int) and t > 0), default=None) or (
-        DEFAULT_MSG_TIMEOUT_MS
-    )
 
 
 _BODY = attrgetter("body")
@@ -297,7 +286,7 @@ class MessageHolder:
                 now = time.monotonic()
                 if now >= next_touch_check:
                     # Every nsqd's msg_timeout may differ, and nsqds join later (lookupd).
-                    touch_after = max(shortest_msg_timeout_ms(consumer) / 2000.0, 0.5)
+                    touch_after = max(consumer.msg_timeout_ms / 2000.0, 0.5)
                     self._touch_due(now - touch_after)
                     next_touch_check = now + min(1.0, touch_after / 4)
                 got = consumer.read(POLL_INTERVAL_S)

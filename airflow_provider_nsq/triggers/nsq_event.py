@@ -51,7 +51,7 @@ from ..client.consumer import (
 from ..client.records import MessageFilter, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
 from ..protocol.commands import check_delay_ms
-from ..protocol.constants import DEFAULT_MAX_RDY_COUNT, DEFAULT_MSG_TIMEOUT_MS
+from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
 
@@ -145,16 +145,6 @@ async def _start_consumer(
         ", ".join(connections) or "no nsqd has the topic yet",
     )
     return consumer
-
-
-def _msg_timeout_ms(consumer: AsyncNSQConsumer) -> int:
-    """The shortest msg_timeout of the live connections (negotiated in IDENTIFY), or the
-    connection's setting: what outstanding messages must be TOUCHed within."""
-    negotiated = [c.server_info.get("msg_timeout") for c in consumer.connections.values()]
-    known = [t for t in negotiated if isinstance(t, int) and t > 0]
-    if known:
-        return min(known)
-    return consumer.config.msg_timeout_ms or DEFAULT_MSG_TIMEOUT_MS
 
 
 class _Delivery(NamedTuple):
@@ -324,7 +314,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
             consumer = self.consumer
             if consumer is None:
                 return
-            await asyncio.sleep(max(_msg_timeout_ms(consumer) / 1000 / _TOUCHES_PER_TIMEOUT, 0.2))
+            await asyncio.sleep(max(consumer.msg_timeout_ms / 1000 / _TOUCHES_PER_TIMEOUT, 0.2))
             live = {id(c) for c in consumer.connections.values()}
             for key, (message, conn) in list(self._outstanding.items()):
                 if message.responded or id(conn) not in live:
