@@ -25,7 +25,7 @@ from ..protocol.constants import (
     MIN_OUTPUT_BUFFER_TIMEOUT_MS,
 )
 from ..protocol.errors import NSQValueError
-from .address import DEFAULT_NSQD_TCP_PORT, format_address
+from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 
 Compression = Literal["none", "snappy", "deflate"]
 COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "deflate")
@@ -153,6 +153,12 @@ class ClientConfig:
 
     def replace(self, **changes: Any) -> ClientConfig:
         return dataclasses.replace(self, **changes)
+
+    def for_nsqd(self, address: str, what: str = "nsqd address") -> ClientConfig:
+        """These settings for the nsqd at ``address`` (``host:port``; a bare host means
+        port 4150): how one connection's settings reach every nsqd of a topology."""
+        host, port = parse_address(address, DEFAULT_NSQD_TCP_PORT, what)
+        return self.replace(host=host, port=port)
 
     def identify_fields(self) -> dict[str, Any]:
         """The IDENTIFY body, in a fixed key order (the one the recordings use)."""

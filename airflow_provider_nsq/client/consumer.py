@@ -383,8 +383,7 @@ class ConsumerBase(Generic[Conn]):
         self._next_poll = time.monotonic() + min(self.lookupd_poll_interval, EMPTY_POLL_INTERVAL_S)
 
     def _producer_config(self, key: str) -> ClientConfig:
-        host, port = parse_address(_nsqd_of(key), DEFAULT_NSQD_TCP_PORT, "nsqd address")
-        return self.config.replace(host=host, port=port)
+        return self.config.for_nsqd(_nsqd_of(key))
 
     def _connected(self, key: str, conn: Conn) -> None:
         self._retry.pop(key, None)

@@ -66,11 +66,10 @@ class NSQProducer:
         self.addresses: list[str] = []
         self._configs: dict[str, ClientConfig] = {}
         for raw in listed:
-            host, port = parse_address(raw, DEFAULT_NSQD_TCP_PORT, "nsqd_tcp_addresses entry")
-            address = format_address(host, port)
-            if address not in self._configs:
-                self.addresses.append(address)
-                self._configs[address] = self.config.replace(host=host, port=port)
+            config = self.config.for_nsqd(raw, "nsqd_tcp_addresses entry")
+            if config.address not in self._configs:
+                self.addresses.append(config.address)
+                self._configs[config.address] = config
         self._conn: NSQConnection | None = None
         self._past_connects = 0  # of connections dropped already
 

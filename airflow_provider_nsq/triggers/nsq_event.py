@@ -40,7 +40,6 @@ from typing import Any, NamedTuple
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
-from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
 from ..client.consumer import (
     DEFAULT_LOOKUPD_POLL_INTERVAL_S,
     RECONNECT_MAX_S,
@@ -168,8 +167,7 @@ class _DeadLetters:
     def _connection(self, nsqd: str) -> AsyncNSQConnection:
         conn = self._conns.get(nsqd)
         if conn is None:
-            host, port = parse_address(nsqd, DEFAULT_NSQD_TCP_PORT, "nsqd address")
-            conn = self._conns[nsqd] = AsyncNSQConnection(self.config.replace(host=host, port=port))
+            conn = self._conns[nsqd] = AsyncNSQConnection(self.config.for_nsqd(nsqd))
         return conn
 
     async def publish(self, message: NSQMessage, nsqd: str) -> bool:
