@@ -33,16 +33,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_nsq.spark import register
+from airflow_provider_nsq.spark import KNOWN_OPTIONS, register
 
 try:  # shipped with --py-files; next to this file when run from a checkout
     from aggregate_pipeline_events import EVENT_SCHEMA, aggregate
 except ImportError:  # pragma: no cover - only when run by hand from another directory
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from aggregate_pipeline_events import EVENT_SCHEMA, aggregate
-
-# Options of --nsq-options that only the stream reader takes.
-READ_ONLY_OPTIONS = ("lookupd_http_addresses", "lookupd_poll_interval", "max_connections_per_nsqd")
 
 # The JSON fields of an event (EVENT_SCHEMA less the two columns the job adds).
 JSON_SCHEMA = ", ".join(field for field in EVENT_SCHEMA.split(", ") if not field.startswith("nsq_"))
@@ -112,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         drained = drain(spark, nsq, args)
         events = staged_events(spark, Path(args.stage)).cache()
         results = aggregate(events, args.batch).cache()
-        # Reading options only: the writer publishes to the nsqds, never through nsqlookupd.
-        publish = {k: v for k, v in nsq.items() if k not in READ_ONLY_OPTIONS}
+        # The writer publishes to the nsqds, never through nsqlookupd: drop what only the
+        # stream reader takes.
+        publish = {k: v for k, v in nsq.items() if k in KNOWN_OPTIONS}
         writer = (
             results.write.format("nsq")
             .mode("append")
