@@ -40,10 +40,6 @@ class LoopThread(Generic[S]):
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self.service is not None
-
     def start(
         self,
         open_service: Callable[[], Awaitable[S]],
