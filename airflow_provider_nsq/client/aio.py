@@ -70,14 +70,6 @@ class _Protocol(asyncio.BufferedProtocol):
         if self._current:
             self._owner._on_lost(exc)
 
-    def pause_writing(self) -> None:
-        if self._current:
-            self._owner._writable.clear()
-
-    def resume_writing(self) -> None:
-        if self._current:
-            self._owner._writable.set()
-
 
 class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
     """An asyncio connection to one nsqd. Same semantics as the blocking
@@ -92,8 +84,7 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         self._waiters: deque[asyncio.Future[bytes]] = deque()
         self._handshake: asyncio.Future[None] | None = None
         self._message_event = asyncio.Event()
-        self._writable = asyncio.Event()
-        self._writable.set()
+        self._written = 0  # bytes handed to the transport on this connection
         self._flush_scheduled = False
         self._tls_task: asyncio.Future[None] | None = None
 
@@ -201,11 +192,10 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         self._transport = None
         closed = NSQConnectionClosedError("the connection was closed by the client")
         self._fail_waiters(closed)
-        if self._handshake is not None and not self._handshake.done():
-            self._handshake.set_exception(closed)
-            self._handshake.exception()  # retrieved: the connect may be gone already
-        self._writable.set()  # a paused old transport must not hold up the next one
+        if self._handshake is not None:
+            _fail_future(self._handshake, closed)
         self._flush_scheduled = False
+        self._written = 0
 
     # -- transport callbacks -------------------------------------------------------
 
@@ -241,23 +231,19 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         super()._fail(error)
         first = self._failure or error  # the waiter of the oldest command gets the cause
         if self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(first)
+            _fail_future(self._waiters.popleft(), first)
         self._fail_waiters(
             NSQConnectionClosedError(f"{self._peer} closed the connection after: {first}")
         )
-        if self._handshake is not None and not self._handshake.done():
-            self._handshake.set_exception(first)
+        if self._handshake is not None:
+            _fail_future(self._handshake, first)
         self._message_event.set()  # wake readers so they see the failure
         if self._transport is not None and not isinstance(error, NSQServerError):
             self._transport.close()
 
     def _fail_waiters(self, error: NSQError) -> None:
         while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(error)
+            _fail_future(self._waiters.popleft(), error)
 
     def _start_tls(self) -> None:
         self._tls_task = asyncio.ensure_future(self._upgrade_to_tls())
@@ -276,15 +262,19 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
                     transport.get_protocol(),
                     context,
                     server_hostname=cfg.tls_server_name or cfg.host,
+                    # The connect's own deadline covers it too; this ends the task.
+                    ssl_handshake_timeout=cfg.connect_timeout,
                 )
         except NSQError as exc:
-            self._fail(exc)
+            if self._core is core:  # not a connection that replaced this one meanwhile
+                self._fail(exc)
+            return
+        if self._core is not core:  # torn down during the upgrade
+            if new_transport is not None:
+                new_transport.close()
             return
         if new_transport is None:  # pragma: no cover - only for a closing transport
             self._fail(NSQConnectionClosedError("connection closed during the TLS upgrade"))
-            return
-        if self._core is not core:  # torn down during the upgrade
-            new_transport.close()
             return
         self._transport = new_transport
         core.tls_established()
@@ -300,6 +290,7 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         data = core.data_to_send()
         if data:
             transport.write(data)
+            self._written += len(data)
             self._last_write = time.monotonic()
 
     def _flush_soon(self) -> None:
@@ -319,31 +310,43 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         self._waiters.append(waiter)
         return waiter
 
+    def _sent(self) -> int:
+        """Bytes of this connection's output that left the transport's buffer."""
+        transport = self._transport
+        if transport is None:
+            return self._written
+        return self._written - transport.get_write_buffer_size()
+
     async def _await_reply(self, waiter: asyncio.Future[bytes]) -> bytes:
-        """Wait for ``waiter`` up to ``read_timeout``. A timer, not wait_for(): no task per
-        command. A cancelled caller's reply is still consumed in order (``_reply_arrived``)."""
-        timer = asyncio.get_running_loop().call_later(
-            self.config.read_timeout, self._reply_timed_out, waiter
-        )
+        """Wait for ``waiter`` while nsqd makes progress: the wait ends with
+        :class:`NSQTimeoutError` once ``read_timeout`` passes with no reply and no byte of
+        the output taken by nsqd (a large body still draining is progress; a server that
+        stopped reading is not). A failure or close ends it at once: it fails the waiter.
+        A timer, not wait_for(): no task per command. A cancelled caller's reply is still
+        consumed in order (``_reply_arrived``)."""
+        timer = _ReplyTimer(self, waiter)
         try:
             return await waiter
         finally:
             timer.cancel()
 
-    def _reply_timed_out(self, waiter: asyncio.Future[bytes]) -> None:
-        if waiter.done():
-            return
-        waiter.set_exception(
-            NSQTimeoutError(f"{self._peer} did not answer within {self.config.read_timeout:g}s")
-        )
+    def _reply_overdue(self, waiter: asyncio.Future[bytes], unsent: int) -> None:
+        """``read_timeout`` passed with no reply and no progress: fail the wait."""
+        timeout = self.config.read_timeout
+        if unsent:
+            text = (
+                f"{self._peer} stopped reading: {unsent} bytes of output unsent "
+                f"after {timeout:g}s without progress"
+            )
+        else:
+            text = f"{self._peer} did not answer within {timeout:g}s"
+        _fail_future(waiter, NSQTimeoutError(text))
         # A late reply would be matched to the next command: drop the connection.
         self._teardown()
 
     async def _request(self) -> bytes:
         waiter = self._new_waiter()
         self._flush()
-        if not self._writable.is_set():
-            await self._writable.wait()
         return await self._await_reply(waiter)
 
     async def _publisher(self) -> ClientConnection:
@@ -381,8 +384,6 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         counts = self._queue_mpub(await self._publisher(), topic, bodies)
         waiters = [self._new_waiter() for _ in counts]
         self._flush()
-        if not self._writable.is_set():
-            await self._writable.wait()
         for done, waiter in enumerate(waiters):
             try:
                 await self._await_reply(waiter)
@@ -431,3 +432,43 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
             window.got.extend(await self.read_messages(remaining))
         await self.start_close()
         return self._end_window(window)
+
+
+def _fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail ``future`` unless it is done, marked retrieved: its awaiter (if any) still
+    gets ``error``, and one nobody awaits any more (a later MPUB frame, a connect that
+    timed out) is not logged as "exception was never retrieved"."""
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
+
+
+class _ReplyTimer:
+    """Ends one reply wait after ``read_timeout`` without progress (see
+    :meth:`AsyncNSQConnection._await_reply`). Re-armed only while output drains."""
+
+    __slots__ = ("_conn", "_handle", "_sent", "_waiter")
+
+    def __init__(self, conn: AsyncNSQConnection, waiter: asyncio.Future[bytes]) -> None:
+        self._conn = conn
+        self._waiter = waiter
+        self._sent = conn._sent()
+        self._handle = self._arm()
+
+    def _arm(self) -> asyncio.TimerHandle:
+        loop = asyncio.get_running_loop()
+        return loop.call_later(self._conn.config.read_timeout, self._check)
+
+    def _check(self) -> None:
+        if self._waiter.done():
+            return
+        conn = self._conn
+        sent = conn._sent()
+        if sent > self._sent:  # nsqd took more of the output since the last check
+            self._sent = sent
+            self._handle = self._arm()
+            return
+        conn._reply_overdue(self._waiter, conn._written - sent)
+
+    def cancel(self) -> None:
+        self._handle.cancel()

@@ -50,6 +50,7 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         self._timeout: float | None = None  # the socket's current timeout (a syscall to set)
         self._recv_buffer = bytearray(_RECV_SIZE)
         self._recv_view = memoryview(self._recv_buffer)
+        self._unsent = 0  # bytes of the current write not yet taken by the socket
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -246,24 +247,49 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
             return
         assert self._sock is not None
         try:
-            self._set_timeout(self._sock, self.config.read_timeout)
-            self._sock.sendall(data)
+            self._send(self._sock, data)
+        except TimeoutError:
+            # nsqd stopped reading (it may have answered first: say so if it did).
+            unsent = self._unsent
+            self._read_answer(0)
+            self._teardown()
+            raise NSQTimeoutError(
+                f"nsqd at {self.config.address} stopped reading: {unsent} bytes of output "
+                f"unsent after {self.config.read_timeout:g}s without progress"
+            ) from None
         except OSError as exc:
             # nsqd may have refused the command and closed while we were still writing
-            # (FACTS.md section 3): its error frame is probably waiting to be read.
-            try:
-                while self._core is not None and self._core.state not in _CLOSED_STATES:
-                    if not self._read_once(0.5):
-                        break
-            except NSQError:
-                pass
-            if self._failure is not None:
-                raise self._failure from None
+            # (it checks a body's size before reading it, tests/conformance/transcripts/FACTS.md
+            # section 3): its error frame is probably waiting to be read.
+            self._read_answer(0.5)
             raise NSQConnectionClosedError(
                 f"connection to nsqd at {self.config.address} broke while writing: "
                 f"{exc.strerror or exc}"
             ) from None
         self._last_write = time.monotonic()
+
+    def _send(self, sock: socket.socket, data: bytes) -> None:
+        """Write all of ``data``, waiting up to ``read_timeout`` for each step of
+        progress (unlike ``sendall``, whose timeout bounds the whole write: a large body
+        on a slow link is not a stalled nsqd)."""
+        self._set_timeout(sock, self.config.read_timeout)
+        view = memoryview(data)
+        while view:
+            self._unsent = len(view)
+            view = view[sock.send(view) :]
+        self._unsent = 0
+
+    def _read_answer(self, timeout: float) -> None:
+        """After a failed write: read what nsqd sent before it stopped (its error frame)
+        and raise that failure if there is one."""
+        try:
+            while self._core is not None and self._core.state not in _CLOSED_STATES:
+                if not self._read_once(timeout):
+                    break
+        except NSQError:
+            pass
+        if self._failure is not None:
+            raise self._failure from None
 
     def _readable(self) -> bool:
         sock = self._sock

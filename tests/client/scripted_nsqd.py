@@ -59,6 +59,13 @@ class Peer:
         self.commands.append((line, body or b""))
         return line, body or b""
 
+    def read_head(self) -> tuple[str, int]:
+        """A command's line and its 4-byte body size, leaving (most of) the body unread,
+        as nsqd does when it refuses a body by its size: it answers and closes."""
+        params = self._wait(self.reader.read_line)
+        size = self._wait(self.reader.read_size)
+        return b" ".join(params).decode(), size
+
     def expect_magic(self) -> None:
         assert self._wait(self.reader.read_magic), "the client did not send the V2 magic"
 
@@ -98,9 +105,13 @@ class ScriptedNSQD:
     """``with ScriptedNSQD(script1, script2, ...) as server:`` — connection N runs script N
     (the last script repeats). Script exceptions are re-raised by ``__exit__``."""
 
-    def __init__(self, *scripts: Script) -> None:
+    def __init__(self, *scripts: Script, rcvbuf: int | None = None) -> None:
         self.scripts = list(scripts)
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.socket()
+        if rcvbuf is not None:  # set before listen(): accepted sockets inherit it
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
         self.port = self.listener.getsockname()[1]
         self.peers: list[Peer] = []
         self.errors: list[BaseException] = []
