@@ -145,6 +145,11 @@ def run_worker(name: str, spec_json: str, out_path: str) -> None:
 # -- the server -------------------------------------------------------------------------
 
 
+class ServerUnavailable(RuntimeError):
+    """The external servers cannot serve a row (a topology without a lookupd): the row is
+    reported as skipped, with this reason."""
+
+
 @contextlib.contextmanager
 def keep_awake(enabled: bool) -> Iterator[None]:
     """One lowest-priority busy process per core, so no core ever idles.
@@ -269,7 +274,7 @@ class Server:
     def _topology(self, n: int) -> Iterator[list[int] | None]:
         if self.external:
             if not self.external_lookupd or len(self.external_nsqds) < n:
-                raise RuntimeError(
+                raise ServerUnavailable(
                     f"a topology row needs NSQLOOKUPD_HTTP_ADDRESS and {n} nsqds registered "
                     "with it in NSQD_ADDRESS (comma-separated)"
                 )
@@ -445,6 +450,11 @@ def measure(
                 "lookupd": server.lookupd,
             }
             return run_client(client, python, server, spec, timeout, airflow_home)
+    except ServerUnavailable as exc:  # the environment lacks what the row needs
+        return [
+            {"workload": w, "status": "skipped", "reason": f"server: {exc}"}
+            for w in spec["workloads"]
+        ]
     except RuntimeError as exc:  # the broker did not start
         return [
             {"workload": w, "status": "error", "reason": f"server: {exc}"}
@@ -558,7 +568,7 @@ def cell(r: dict[str, Any] | None) -> str:
     if r is None:
         return "-"
     if r["status"] != "ok":
-        return "n/a" if r["status"] == "n/a" else r["status"]
+        return r["status"]
     ratio = f"{r['ratio']:.2f}x" if "ratio" in r else ""
     if r["unit"] == "us":
         return f"{r['value']:.0f}/{r['p90']:.0f}  {ratio}".rstrip()

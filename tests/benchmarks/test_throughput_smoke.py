@@ -22,6 +22,12 @@ TOPOLOGY = "topology"  # NSQConsumer over 3 nsqds and a lookupd: consume only
 WORKLOADS = ("pub", "mpub", "consume", "connect")
 
 
+def _external_servers_lack_a_topology() -> bool:
+    """NSQD_ADDRESS names real nsqds, but not a lookupd with three of them."""
+    nsqds = [a for a in os.environ.get("NSQD_ADDRESS", "").split(",") if a.strip()]
+    return bool(nsqds) and (len(nsqds) < 3 or not os.environ.get("NSQLOOKUPD_HTTP_ADDRESS"))
+
+
 @pytest.mark.timeout(120)
 def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
@@ -37,10 +43,15 @@ def test_quick_run_measures_every_workload(tmp_path: Path) -> None:
     rows = {(r["client"], r["workload"]): r for r in document["results"]}
     assert set(rows) == {(c, w) for c in (*PROJECT_CLIENTS, TOPOLOGY) for w in WORKLOADS}
     topology = rows.pop((TOPOLOGY, "consume"))
-    assert topology["status"] == "ok", topology.get("reason")
-    assert topology["value"] > 0 and topology["count"] > 0
+    if _external_servers_lack_a_topology():
+        # A real nsqd without a lookupd and three nsqds: the row says why it has no figure.
+        assert topology["status"] == "skipped"
+        assert "NSQLOOKUPD_HTTP_ADDRESS" in topology["reason"]
+    else:
+        assert topology["status"] == "ok", topology.get("reason")
+        assert topology["value"] > 0 and topology["count"] > 0
     for workload in ("pub", "mpub", "connect"):
-        assert rows.pop((TOPOLOGY, workload))["status"] == "n/a"
+        assert rows.pop((TOPOLOGY, workload))["status"] in ("n/a", "skipped")
     for key, row in rows.items():
         assert row["status"] == "ok", (key, row.get("reason"))
         assert row["value"] > 0, key
