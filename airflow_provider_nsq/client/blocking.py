@@ -250,7 +250,8 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
             self._sock.sendall(data)
         except OSError as exc:
             # nsqd may have refused the command and closed while we were still writing
-            # (FACTS.md section 3): its error frame is probably waiting to be read.
+            # (tests/conformance/transcripts/FACTS.md section 3): its error frame is
+            # probably waiting to be read.
             try:
                 while self._core is not None and self._core.state not in _CLOSED_STATES:
                     if not self._read_once(0.5):
