@@ -75,7 +75,7 @@ def _snippet(text: str, note: re.Match[str]) -> Snippet:
     first_line = _line_of(text, note.start(2))
     if body.startswith("\n"):  # CODE on the lines after the keyword
         body, first_line = body[1:], first_line + 1
-    return Snippet(body.strip("\n") + "\n", first_line)
+    return Snippet(body.rstrip() + "\n", first_line)
 
 
 def python_blocks(root: Path, page: Path) -> list[PythonBlock]:

@@ -176,6 +176,7 @@ def _exception_named(name: str, namespace: dict[str, Any]) -> type[BaseException
 def _run(block: PythonBlock, namespace: dict[str, Any], testbed: Testbed, bundle: Path) -> None:
     namespace["testbed"] = testbed
     if _uses_name(block, "spark"):
+        pytest.importorskip("pyspark", reason="the [spark] extra is not installed")
         namespace["spark"] = testbed.fixture("spark")
     if block.setup is not None:
         exec(_compile(block.setup, block, testbed)[1], namespace)
