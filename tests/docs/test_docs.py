@@ -25,6 +25,7 @@ How a block runs:
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -167,7 +168,7 @@ def _exception_named(name: str, namespace: dict[str, Any]) -> type[BaseException
     if found is None:
         from airflow_provider_nsq.protocol import errors
 
-        found = getattr(errors, name, None) or getattr(__builtins__, name, None)
+        found = getattr(errors, name, None) or getattr(builtins, name, None)
     if not (isinstance(found, type) and issubclass(found, BaseException)):
         raise LookupError(f"'test raises: {name}': no exception class of that name")
     return found
@@ -180,7 +181,7 @@ def _run(block: PythonBlock, namespace: dict[str, Any], testbed: Testbed, bundle
         namespace["spark"] = testbed.fixture("spark")
     if block.setup is not None:
         exec(_compile(block.setup, block, testbed)[1], namespace)
-    before = set(namespace)
+    before = dict(namespace)
     source, code = _compile(block.code, block, testbed)
     if _DEFINES_DAG.search(source):
         testbed.fixture("airflow_db")
@@ -191,9 +192,9 @@ def _run(block: PythonBlock, namespace: dict[str, Any], testbed: Testbed, bundle
             exec(code, namespace)
     else:
         exec(code, namespace)
-    for name in sorted(set(namespace) - before):
-        value = namespace[name]
-        if name.startswith("test_") and isinstance(value, types.FunctionType):
+    defined = [value for name, value in namespace.items() if before.get(name) is not value]
+    for value in defined:
+        if isinstance(value, types.FunctionType) and value.__name__.startswith("test_"):
             testbed.call_test(value)
     if block.check is not None:
         exec(_compile(block.check, block, testbed)[1], namespace)
