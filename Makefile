@@ -3,7 +3,8 @@ VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
-# Pins that keep the resolver on versions checked together (AIRFLOW-NOTES.md).
+# Pins that keep the resolver on versions checked together. pyspark and pyspark-client
+# (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
 .PHONY: install test lint typecheck pytest demo bench clean

@@ -7,18 +7,23 @@ off and registers two DAG bundles for ``dag.test()``: ``tests/dags`` (the dags f
 and the repository's ``example_dags``.
 
 It imports nothing from Airflow itself: tests that never touch Airflow stay fast. The
-metadata database is created only when a test asks for the ``airflow_db`` fixture.
+metadata database is created only when a test asks for the ``airflow_db`` fixture, and
+the one local[2] SparkSession (``spark``, shared by ``tests/spark`` and the docs' Spark
+blocks) only when a test asks for it.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +78,40 @@ def airflow_db(airflow_home: str) -> Iterator[None]:
 
     db.resetdb()
     yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if shutil.which("java") or os.environ.get("JAVA_HOME"):
+        return
+    skip = pytest.mark.skip(reason="Spark needs Java (install a JDK 17 or set JAVA_HOME)")
+    for item in items:
+        if "spark" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """local[2] with the nsq data source registered; started once (~7 s)."""
+    # Spark's Python workers run `python3` from PATH unless told otherwise: use ours, which
+    # has this package installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_nsq.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("airflow-provider-nsq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    # py4j logs at INFO from __del__ at interpreter exit, after pytest closed its streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    register(session)
+    yield session
+    session.stop()

@@ -3,13 +3,15 @@
 go-nsq and pynsq ask ONE nsqlookupd per poll (round-robin), so a dead one means a missed
 poll. :class:`LookupdClient` asks all of them concurrently and unions their answers by
 ``broadcast_address:tcp_port`` (the address consumers connect to; the same nsqd can be
-listed twice, FACTS.md section 3). A lookupd that cannot be read is logged and skipped;
-only when none answers is it an error, naming each one and why.
+listed twice, tests/conformance/lookupd_transcripts/FACTS.md section 3). A lookupd that
+cannot be read is logged and skipped; only when none answers is it an error, naming each one
+and why.
 
-Shapes as real nsqlookupd answers ``GET /lookup?topic=T`` (FACTS.md sections 1 and 3):
-``{"channels": [...], "producers": [...]}`` with HTTP 200, also for a topic whose nsqds
-are gone (empty ``producers``); 404 ``{"message": "TOPIC_NOT_FOUND"}`` for a topic it never
-heard of. Both mean "no nsqd has it right now". nsqlookupd before 1.0 wrapped answers as
+Shapes as real nsqlookupd answers ``GET /lookup?topic=T``
+(tests/conformance/lookupd_transcripts/FACTS.md sections 1 and 3): ``{"channels": [...],
+"producers": [...]}`` with HTTP 200, also for a topic whose nsqds are gone (empty
+``producers``); 404 ``{"message": "TOPIC_NOT_FOUND"}`` for a topic it never heard of. Both
+mean "no nsqd has it right now". nsqlookupd before 1.0 wrapped answers as
 ``{"status_code": 200, "status_txt": "OK", "data": {...}}``: accepted too.
 
 The answer handling is written once (:func:`parse_lookup`, :func:`merge_answers`); the

@@ -3,7 +3,7 @@
 Sources: ``tests/conformance/transcripts/FACTS.md`` (section numbers below) and the
 recordings beside it.
 
-Server frame (FACTS.md section 1)::
+Server frame (tests/conformance/transcripts/FACTS.md section 1)::
 
     [ u32be size ][ u32be frame_type ][ payload ... ]      size = 4 + len(payload)
 
@@ -33,7 +33,8 @@ FRAME_HEADER_SIZE = 8  # size + frame type
 MESSAGE_HEADER_SIZE = 26  # timestamp (8) + attempts (2) + id (16)
 MESSAGE_ID_LENGTH = 16
 
-# nsqd defaults (FACTS.md section 6); every one is a flag a server may change.
+# nsqd defaults (tests/conformance/transcripts/FACTS.md section 6); every one is a flag a
+# server may change.
 DEFAULT_MAX_MSG_SIZE = 1_048_576  # --max-msg-size
 DEFAULT_MAX_BODY_SIZE = 5_242_880  # --max-body-size
 DEFAULT_MAX_RDY_COUNT = 2500  # --max-rdy-count
@@ -61,5 +62,6 @@ DEFAULT_MAX_FRAME_SIZE = DEFAULT_MAX_MSG_SIZE + 4 + MESSAGE_HEADER_SIZE
 # nsqd's HTTP port (4151) given where its TCP port (4150) was meant.
 HTTP_AS_FRAME_SIZE = int.from_bytes(b"HTTP", "big")
 
-# Only these three error codes leave the connection open (FACTS.md section 3).
+# Only these three error codes leave the connection open
+# (tests/conformance/transcripts/FACTS.md section 3).
 NON_FATAL_ERROR_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})

@@ -1,8 +1,9 @@
 """nsqlookupd's TCP protocol (``"  V1"``), both roles, without I/O.
 
-nsqd registers its topics and channels with nsqlookupd over this protocol; consumers
-never speak it (they use nsqlookupd's HTTP API). Layout, from the recordings in
-``tests/conformance/lookupd_transcripts`` (FACTS.md section 5)::
+nsqd registers its topics and channels with nsqlookupd over this protocol; consumers never
+speak it (they use nsqlookupd's HTTP API). Layout, from the recordings in
+``tests/conformance/lookupd_transcripts`` (tests/conformance/lookupd_transcripts/FACTS.md
+section 5)::
 
     nsqd -> nsqlookupd    "  V1"                                  once, first
                           PING\\n
@@ -47,7 +48,8 @@ _SIZE = struct.Struct(">i")
 SIZE_LENGTH = _SIZE.size
 
 #: Largest IDENTIFY body the server reads. nsqlookupd 1.3.0 has no bound (it allocates
-#: whatever the client declares, and crashes on a negative size: FACTS.md section 9).
+#: whatever the client declares, and crashes on a negative size:
+#: tests/conformance/lookupd_transcripts/FACTS.md section 9).
 MAX_IDENTIFY_BODY_SIZE = DEFAULT_MAX_BODY_SIZE
 #: Longest command line the server buffers (nsqlookupd 1.3.0: no bound). Real lines
 #: are a command and two names of at most 64 characters.
@@ -242,7 +244,9 @@ class _State(enum.Enum):
 
 
 _PEER_FIELDS = {
-    "remote_address": str,  # decoded, then overwritten by the server (FACTS.md section 5)
+    # decoded, then overwritten by the server (tests/conformance/lookupd_transcripts/FACTS.md
+    # section 5)
+    "remote_address": str,
     "hostname": str,
     "broadcast_address": str,
     "tcp_port": int,

@@ -64,7 +64,7 @@ def parse_nsqd_address(raw: str, option: str = "nsqd") -> tuple[str, int]:
 
 
 # Options that become ClientConfig fields: option name -> parser. The names are the
-# connection extras' names (DESIGN.md "Connection"), so a connection maps one to one.
+# connection extras' names (docs/connections.md), so a connection maps one to one.
 _CLIENT_OPTIONS: dict[str, Callable[[str], Any]] = {
     "tls": parse_bool,
     "tls_verify": parse_bool,

@@ -1,6 +1,7 @@
 """AUTH helpers for tests: a static authorizer and an nsqd-compatible auth HTTP server.
 
-Both answer the way nsqd's auth protocol expects (FACTS.md section 9)::
+Both answer the way nsqd's auth protocol expects (tests/conformance/transcripts/FACTS.md
+section 9)::
 
     secrets = {"good": {"ttl": 3600, "identity": "alice", "identity_url": "",
                         "authorizations": [{"topic": ".*", "channels": [".*"],

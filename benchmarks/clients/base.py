@@ -231,12 +231,12 @@ class ConsumeClock:
     """Counts consumed messages; times from the first message after the warm-up to the
     last one (so connection setup and the first RDY round trip are not in the figure).
 
-    The channel holds ``backlog`` more messages than the run consumes. Without them the
-    last messages would wait in the broker's output buffer: nsqd sends a buffered
-    message at once only when the client's RDY window is full, otherwise on the
-    output-buffer timer (250 ms; FACTS.md section 6), which would add a fixed quarter
-    second to every run. With the backlog the run measures a consumer that keeps up
-    with a busy channel, which is what the figure is for.
+    The channel holds ``backlog`` more messages than the run consumes. Without them the last
+    messages would wait in the broker's output buffer: nsqd sends a buffered message at once
+    only when the client's RDY window is full, otherwise on the output-buffer timer (250 ms;
+    tests/conformance/transcripts/FACTS.md section 6), which would add a fixed quarter
+    second to every run. With the backlog the run measures a consumer that keeps up with a
+    busy channel, which is what the figure is for.
     """
 
     def __init__(self, ctx: Context) -> None:

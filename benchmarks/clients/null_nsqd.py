@@ -3,11 +3,11 @@
     python benchmarks/clients/null_nsqd.py --tcp-port P
 
 ``throughput.py --server null`` runs the workloads against it. It answers IDENTIFY, SUB,
-PUB, MPUB, DPUB and CLS as nsqd does (FACTS.md sections 1 and 4), keeps nothing, and for
-a subscriber streams pre-built 200-byte message frames within the RDY window (a FIN
-frees a slot, FACTS.md section 6). Its cost per message is a fraction of a real
-broker's, so the figures show how fast each client can go, and its CPU column stays
-low: what is left is the client (and the kernel's loopback).
+PUB, MPUB, DPUB and CLS as nsqd does (tests/conformance/transcripts/FACTS.md sections 1 and
+4), keeps nothing, and for a subscriber streams pre-built 200-byte message frames within the
+RDY window (a FIN frees a slot, tests/conformance/transcripts/FACTS.md section 6). Its cost
+per message is a fraction of a real broker's, so the figures show how fast each client can
+go, and its CPU column stays low: what is left is the client (and the kernel's loopback).
 
 One thread reads each connection; a subscribed connection gets a second thread that
 writes. Commands are read and frames encoded by the project's protocol core

@@ -1,9 +1,9 @@
 """A minimal NSQ client over a raw socket: the floor of Python overhead.
 
 No validation, no state machine, no error recovery: just the bytes each workload needs
-(FACTS.md section 1 for the framing). It shows how fast Python can go when the only
-per-message work is ``struct`` and ``bytes.join``; the project's client is judged by
-how close it gets.
+(tests/conformance/transcripts/FACTS.md section 1 for the framing). It shows how fast Python
+can go when the only per-message work is ``struct`` and ``bytes.join``; the project's client
+is judged by how close it gets.
 """
 
 from __future__ import annotations

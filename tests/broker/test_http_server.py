@@ -1,7 +1,7 @@
 """The embedded daemons' HTTP server answers as Go's net/http and httprouter do.
 
 Expected bytes come from the real nsqlookupd 1.3.0 recordings
-(``nsqlookupd-transcripts/http_*.json``, named beside each case) and from Go's
+(``tests/conformance/lookupd_transcripts/http_*.json``, named beside each case) and from Go's
 ``net/http`` source; the app here is a stand-in with nsqlookupd's routes.
 """
 

@@ -166,7 +166,7 @@ class Replay:
             assert got.data == bytes.fromhex(want["data_hex"]), f"{where}: {got.data!r}"
 
 
-# -- timing checks (FACTS.md sections 6 and 7) -----------------------------------------
+# -- timing checks (tests/conformance/transcripts/FACTS.md sections 6 and 7) ---------------
 
 
 def _send_index(t: Transcript, prefix: str, conn: str | None = None, nth: int = 0) -> int:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_nsq.protocol import ErrorFrame, FrameDecoder, NSQError, ResponseFrame
 
-# Every code nsqd 1.3.0 sends (FACTS.md section 3).
+# Every code nsqd 1.3.0 sends (tests/conformance/transcripts/FACTS.md section 3).
 NSQD_CODES = frozenset(
     {
         "E_INVALID",

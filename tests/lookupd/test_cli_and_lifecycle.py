@@ -102,8 +102,9 @@ def test_broker_registers_with_the_live_lookupds_when_one_is_dead() -> None:
 
 
 def test_a_negative_identify_size_does_not_take_the_lookupd_down() -> None:
-    """nsqlookupd 1.3.0 panics and exits (FACTS.md section 9): every nsqd loses its
-    registration. The embedded one answers an error and keeps the others."""
+    """nsqlookupd 1.3.0 panics and exits (tests/conformance/lookupd_transcripts/FACTS.md
+    section 9): every nsqd loses its registration. The embedded one answers an error and
+    keeps the others."""
     with (
         EmbeddedNSQLookupd() as lookupd,
         EmbeddedNSQD(lookupd_tcp_addresses=[lookupd.tcp_address]) as broker,

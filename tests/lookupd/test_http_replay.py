@@ -244,7 +244,8 @@ def test_replay(t: LookupdTranscript) -> None:
                 answer = raw_exchange(topo.lookupd.http_port, request_bytes(topo, recorded, accept))
                 check_answer(topo, step, answer)
                 if isinstance(step.get("without_accept_header"), str):
-                    # Sent again without Accept: the very same answer (FACTS.md 1).
+                    # Sent again without Accept: the very same answer
+                    # (tests/conformance/lookupd_transcripts/FACTS.md 1).
                     again = raw_exchange(
                         topo.lookupd.http_port, request_bytes(topo, recorded, accept=False)
                     )

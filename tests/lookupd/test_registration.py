@@ -48,7 +48,8 @@ def test_topics_and_channels_come_and_go(
     nsqd.create_channel(nsq_topic, "c1")
     lookupd.wait_for(lambda: lookupd.channels(nsq_topic) == ["c1"])
     nsqd.http("POST", "/channel/delete", {"topic": nsq_topic, "channel": "c1"})
-    # nsqlookupd keeps a non-ephemeral channel key with no producer (FACTS.md 4).
+    # nsqlookupd keeps a non-ephemeral channel key with no producer
+    # (tests/conformance/lookupd_transcripts/FACTS.md 4).
     assert lookupd.channels(nsq_topic) == ["c1"]
     nsqd.delete_topic(nsq_topic)
     lookupd.wait_for(lambda: lookupd.lookup(nsq_topic) == {"channels": ["c1"], "producers": []})

@@ -40,7 +40,7 @@ from airflow_provider_nsq.protocol import (
 )
 from airflow_provider_nsq.protocol.constants import DEFAULT_MAX_FRAME_SIZE
 
-# -- names (FACTS.md section 5) ------------------------------------------------------
+# -- names (tests/conformance/transcripts/FACTS.md section 5) ------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""Shared fixtures for the Spark tests: one local[2] SparkSession per test session, and
-reading a topic back with the NSQ client.
+"""Shared fixtures for the Spark tests: data source options and reading a topic back
+with the NSQ client (the local[2] ``spark`` session is in ``tests/conftest.py``, shared
+with the docs' Spark blocks).
 
 The broker comes from the project's pytest plugin (``nsqd``: the embedded broker, or a
 real nsqd when NSQD_ADDRESS is set), so these tests run unchanged against both.
@@ -7,55 +8,14 @@ real nsqd when NSQD_ADDRESS is set), so these tests run unchanged against both.
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if shutil.which("java") or os.environ.get("JAVA_HOME"):
-        return
-    skip = pytest.mark.skip(reason="Spark needs Java (install a JDK 17 or set JAVA_HOME)")
-    for item in items:
-        if "spark" in item.keywords:
-            item.add_marker(skip)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """local[2] with the nsq data source registered; started once (~7 s)."""
-    # Spark's Python workers run `python3` from PATH unless told otherwise: use ours, which
-    # has this package installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_nsq.spark import register
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("airflow-provider-nsq-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    # py4j logs at INFO from __del__ at interpreter exit, after pytest closed its streams.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    register(session)
-    yield session
-    session.stop()
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from airflow_provider_nsq.protocol.constants import NON_FATAL_ERROR_CODES
 class ClientError(Exception):
     """An error frame for the client: ``<code> <text>``.
 
-    Fatal unless the code is E_FIN_FAILED, E_REQ_FAILED or E_TOUCH_FAILED (FACTS.md
-    section 3): the broker writes the frame, then closes the connection.
+    Fatal unless the code is E_FIN_FAILED, E_REQ_FAILED or E_TOUCH_FAILED
+    (tests/conformance/transcripts/FACTS.md section 3): the broker writes the frame, then
+    closes the connection.
     """
 
     def __init__(self, code: str, text: bytes | str = b"") -> None:

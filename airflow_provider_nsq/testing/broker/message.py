@@ -1,7 +1,7 @@
 """A message as the broker keeps it, and the id generator.
 
-Ids are 16 ASCII hex characters, as nsqd's (FACTS.md section 1): here a counter, so
-they are unique for the broker's life and cheap to make.
+Ids are 16 ASCII hex characters, as nsqd's (tests/conformance/transcripts/FACTS.md
+section 1): here a counter, so they are unique for the broker's life and cheap to make.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A topic: fans each published message out to every channel.
 
-FACTS.md section 5: a topic with no channel keeps its messages until the first channel
-appears (that channel gets them all); an ``#ephemeral`` topic goes with its last channel.
+tests/conformance/transcripts/FACTS.md section 5: a topic with no channel keeps its messages
+until the first channel appears (that channel gets them all); an ``#ephemeral`` topic goes
+with its last channel.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """nsqlookupd 1.3.0's HTTP API: handlers, on the shared Go-like HTTP server.
 
-What the recordings pin (FACTS.md sections 1-3):
+What the recordings pin (tests/conformance/lookupd_transcripts/FACTS.md sections 1-3):
 
 - Every answer is the bare JSON document (no ``status_code``/``data`` envelope), and the
   ``Accept: application/vnd.nsq; version=1.0`` header changes nothing.
@@ -177,7 +177,8 @@ def topic_create(lookupd: Lookupd, params: Query) -> None:
 
 
 def topic_delete(lookupd: Lookupd, params: Query) -> None:
-    # Only this lookupd's registry changes: no nsqd is told (FACTS.md section 8).
+    # Only this lookupd's registry changes: no nsqd is told
+    # (tests/conformance/lookupd_transcripts/FACTS.md section 8).
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
     db = lookupd.db
     for key in db.find_registrations("channel", topic, "*"):
@@ -194,7 +195,8 @@ def topic_tombstone(lookupd: Lookupd, params: Query) -> None:
     log.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
     for producer in lookupd.db.find_producers("topic", topic, ""):
         peer = producer.peer
-        # An exact string compare with broadcast_address:http_port (FACTS.md section 2).
+        # An exact string compare with broadcast_address:http_port
+        # (tests/conformance/lookupd_transcripts/FACTS.md section 2).
         if f"{peer.broadcast_address}:{peer.http_port}" == node:
             producer.tombstone()
 

@@ -1,6 +1,7 @@
 """nsqlookupd's registration DB: keys, and the producers registered under each.
 
-As ``nsqlookupd/registration_db.go`` 1.3.0 keeps it (FACTS.md sections 4 and 7):
+As ``nsqlookupd/registration_db.go`` 1.3.0 keeps it
+(tests/conformance/lookupd_transcripts/FACTS.md sections 4 and 7):
 
 - A key is ``(category, key, subkey)``: ``("client", "", "")`` for every identified
   connection, ``("topic", T, "")`` and ``("channel", T, C)``. REGISTER, ``/topic/create``
@@ -24,8 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Go's zero ``time.Time`` run through ``UnixNano()``: ``/debug``'s ``tombstoned_at``
-#: for a producer that was never tombstoned (FACTS.md section 2).
+#: Go's zero ``time.Time`` run through ``UnixNano()``: ``/debug``'s ``tombstoned_at`` for a
+#: producer that was never tombstoned (tests/conformance/lookupd_transcripts/FACTS.md
+#: section 2).
 GO_ZERO_TIME_UNIX_NANO = -6795364578871345152
 
 
@@ -70,7 +72,8 @@ class PeerInfo:
         self.last_update_ns = time.time_ns()
 
     def lookup_entry(self) -> dict[str, Any]:
-        """A ``/lookup`` producer: exactly these six keys, in this order (FACTS.md 3)."""
+        """A ``/lookup`` producer: exactly these six keys, in this order
+        (tests/conformance/lookupd_transcripts/FACTS.md 3)."""
         return {
             "remote_address": self.remote_address,
             "hostname": self.hostname,
