@@ -14,6 +14,7 @@ from airflow_provider_nsq.spark.options import (
     options_from_client_config,
     parse_nsqd_address,
 )
+from tests.spark.pyspark_features import needs_airflow
 
 BASE = {"nsqd": "127.0.0.1:4150", "topic": "events"}
 
@@ -149,6 +150,7 @@ def test_spark_package_does_not_import_airflow() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+@needs_airflow
 def test_options_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_nsq.hooks.nsq import NSQHook
 
