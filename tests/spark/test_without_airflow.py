@@ -13,8 +13,10 @@ and reads it back with the stream reader (PySpark 4.2+).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -31,8 +33,34 @@ from tests.spark.pyspark_features import DATA_SOURCE_MISSING, STREAM_READER_MISS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-# What the executors need: the data source's own imports, nothing of Airflow.
-EXECUTOR_PACKAGES = ("pyspark", "py4j", "pyarrow", "snappy", "cramjam", "h11")
+# What the executors need (docs/spark.md, "Running on a cluster"), with their own
+# dependencies: the client's, PySpark's, and pandas, which PySpark's mapInArrow requires.
+EXECUTOR_DISTRIBUTIONS = ("pyspark", "pyarrow", "pandas", "python-snappy", "h11")
+
+
+def with_dependencies(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions ``names`` and what they require (no extras; a
+    requirement with an environment marker only if it is installed)."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [(name, False) for name in names]
+    while todo:
+        raw, conditional = todo.pop()
+        name = re.sub(r"[-_.]+", "-", raw).lower()
+        if name in found:
+            continue
+        try:
+            dist = found[name] = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            if conditional:
+                continue
+            raise
+        for requirement in dist.requires or ():
+            if "extra ==" not in requirement:
+                match = re.match(r"[A-Za-z0-9._-]+", requirement)
+                assert match, requirement
+                todo.append((match.group(), ";" in requirement))
+    return list(found.values())
+
 
 JOB = textwrap.dedent(
     """
@@ -102,14 +130,12 @@ def python_without_airflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ).stdout.strip()
     )
     source = Path(sysconfig.get_paths()["purelib"])
-    for entry in source.iterdir():
-        name = entry.name.split("-")[0].lower()
-        top = entry.name.lower()
-        if top in EXECUTOR_PACKAGES or (
-            entry.suffix == ".dist-info"
-            and name in {"pyspark", "py4j", "pyarrow", "python_snappy", "cramjam", "h11"}
-        ):
-            (target / entry.name).symlink_to(entry)
+    for dist in with_dependencies(EXECUTOR_DISTRIBUTIONS):
+        # Each distribution's top-level entries in site-packages, and its .dist-info.
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops:
+            if (source / top).exists() and not (target / top).exists():
+                (target / top).symlink_to(source / top)
     package = Path(airflow_provider_nsq.__file__).resolve().parent
     (target / package.name).symlink_to(package)
     check = subprocess.run(
