@@ -12,7 +12,7 @@ PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pan
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,spark,messaging]" $(PINS)
+	$(PY) -m pip install -q -e ".[test,spark,apache-spark,messaging]" $(PINS)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,5 +1,6 @@
-"""PySpark data source ``nsq``: publish a DataFrame's rows to an NSQ topic from executors,
-and read a topic/channel as a stream (FIN only after Spark committed the batch).
+"""NSQ for PySpark: the ``nsq`` data source (publish a DataFrame's rows to a topic from
+the executors; read a topic/channel as a stream, FIN only after Spark committed the
+batch) and :func:`publish_dataframe` for PySpark versions without the data source API.
 
     from airflow_provider_nsq.spark import register
     register(spark)
@@ -8,21 +9,45 @@ and read a topic/channel as a stream (FIN only after Spark committed the batch).
     spark.readStream.format("nsq").option("nsqd", "127.0.0.1:4150") \\
         .option("topic", "events").option("channel", "spark").load()
 
+    from airflow_provider_nsq.spark import publish_dataframe
+    publish_dataframe(df, {"nsqd": "127.0.0.1:4150", "topic": "results"})
+
+Which PySpark each needs (:mod:`.versions`): ``publish_dataframe`` 3.5+, the data source's
+writer 4.0+, its stream reader 4.2+. Names are imported when first used, so importing
+this package works on any of them (and without PySpark: the option parsers are plain
+Python); a name whose PySpark is too old raises one ImportError naming the version.
+
 Importing this package never imports Airflow (executors have only the client). On the
 DAG side, options come from an Airflow connection as
 ``options_from_client_config(NSQHook(conn_id).get_client_config())``.
 """
 
-from .datasource import (
-    NSQDataSource,
-    NSQPartitionSummary,
-    NSQWriteError,
-    NSQWriter,
-    register,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .options import KNOWN_OPTIONS, NSQOptionError, NSQWriteOptions, options_from_client_config
-from .reader import READ_SCHEMA, NSQStreamReader
 from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
+
+if TYPE_CHECKING:
+    from .dataframe_publisher import publish_dataframe
+    from .datasource import NSQDataSource, register
+    from .partition_publisher import NSQPartitionSummary, NSQWriteError
+    from .reader import READ_SCHEMA, NSQStreamReader
+    from .writer import NSQWriter
+
+# Names that need PySpark, and the module holding each (imported on first use).
+_NEEDS_PYSPARK = {
+    "publish_dataframe": ".dataframe_publisher",
+    "NSQPartitionSummary": ".partition_publisher",
+    "NSQWriteError": ".partition_publisher",
+    "NSQDataSource": ".datasource",
+    "register": ".datasource",
+    "NSQWriter": ".writer",
+    "READ_SCHEMA": ".reader",
+    "NSQStreamReader": ".reader",
+}
 
 __all__ = [
     "KNOWN_OPTIONS",
@@ -37,5 +62,19 @@ __all__ = [
     "NSQWriteOptions",
     "NSQWriter",
     "options_from_client_config",
+    "publish_dataframe",
     "register",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _NEEDS_PYSPARK.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

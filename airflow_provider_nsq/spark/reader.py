@@ -1,4 +1,6 @@
-"""``spark.readStream.format("nsq")``: an at-least-once NSQ stream source.
+"""``spark.readStream.format("nsq")``: an at-least-once NSQ stream source (PySpark 4.2+:
+it implements admission control and ``Trigger.AvailableNow``, which Python stream readers
+have from 4.2 on; on an older PySpark importing this module fails naming the version).
 
 Where each piece runs and where the rows live:
 
@@ -42,14 +44,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -64,6 +58,19 @@ from ..client.message import NSQMessage
 from ..protocol.errors import NSQValueError
 from .message_holder import MessageHolder
 from .reader_options import NSQReadOptions
+from .versions import stream_reader_too_old
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxBytes,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # admission control and availableNow for Python readers: 4.2
+    raise stream_reader_too_old() from None
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,4 +1,7 @@
-"""The ``nsq`` data source end to end: DataFrame rows -> messages read back from nsqd."""
+"""Publishing DataFrames end to end: rows -> messages read back from nsqd, through both
+writers, which share their options and their executor code: the ``nsq`` data source
+(``df.write.format("nsq")``, PySpark 4.0+) and ``publish_dataframe`` (``mapInArrow``,
+PySpark 3.5+)."""
 
 from __future__ import annotations
 
@@ -7,17 +10,44 @@ import datetime as dt
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.spark.pyspark_features import (
+    DATA_SOURCE_MISSING,
+    needs_airflow,
+    needs_data_source,
+    needs_stream_reader,
+)
+
 pytestmark = pytest.mark.spark
 
+Save = Callable[..., Any]
 
-def save(df: Any, options: dict[str, str], **extra: str) -> None:
+
+def _save_with_data_source(df: Any, options: dict[str, str], **extra: str) -> None:
     df.write.format("nsq").mode("append").options(**options, **extra).save()
+
+
+def _save_with_publish_dataframe(df: Any, options: dict[str, str], **extra: str) -> None:
+    from airflow_provider_nsq.spark import publish_dataframe
+
+    summary = publish_dataframe(df, options, **extra)
+    assert summary["status"] == "committed"
+
+
+@pytest.fixture(params=["data source", "publish_dataframe"])
+def save(request: pytest.FixtureRequest) -> Save:
+    """``save(df, options, **more)`` with each writer."""
+    if request.param == "data source":
+        if DATA_SOURCE_MISSING:
+            pytest.skip(DATA_SOURCE_MISSING)
+        return _save_with_data_source
+    return _save_with_publish_dataframe
 
 
 def load_summary(path: Path) -> dict[str, Any]:
@@ -25,7 +55,7 @@ def load_summary(path: Path) -> dict[str, Any]:
 
 
 def test_string_bodies_arrive_exactly_once_per_row(
-    spark: Any, nsq_options: dict[str, str], read_topic: Any, tmp_path: Path
+    spark: Any, save: Save, nsq_options: dict[str, str], read_topic: Any, tmp_path: Path
 ) -> None:
     texts = [f"event {i} · ünïcode ✓" for i in range(50)]
     df = spark.createDataFrame([(t,) for t in texts], "value string").repartition(3)
@@ -47,7 +77,7 @@ def test_string_bodies_arrive_exactly_once_per_row(
 
 
 def test_binary_bodies_are_sent_byte_for_byte(
-    spark: Any, nsq_options: dict[str, str], read_topic: Any
+    spark: Any, save: Save, nsq_options: dict[str, str], read_topic: Any
 ) -> None:
     blobs = [bytes([i, 0, 255, 10, 13]) + b"\xc3\x28" * i for i in range(1, 30)]
     df = spark.createDataFrame([(bytearray(b),) for b in blobs], "body binary").repartition(2)
@@ -58,7 +88,7 @@ def test_binary_bodies_are_sent_byte_for_byte(
 
 
 def test_body_column_option_picks_the_column_and_ignores_the_rest(
-    spark: Any, nsq_options: dict[str, str], read_topic: Any
+    spark: Any, save: Save, nsq_options: dict[str, str], read_topic: Any
 ) -> None:
     rows = [(i, f"payload-{i}", "value column that is not the body") for i in range(10)]
     df = spark.createDataFrame(rows, "id int, payload string, value string")
@@ -70,7 +100,7 @@ def test_body_column_option_picks_the_column_and_ignores_the_rest(
 
 
 def test_json_format_sends_whole_rows(
-    spark: Any, nsq_options: dict[str, str], read_topic: Any
+    spark: Any, save: Save, nsq_options: dict[str, str], read_topic: Any
 ) -> None:
     schema = (
         "id long, name string, score double, ratio double, amount decimal(12,2), "
@@ -120,7 +150,7 @@ def test_json_format_sends_whole_rows(
 
 
 def test_large_partition_is_split_across_mpub_frames(
-    spark: Any, nsq_options: dict[str, str], read_topic: Any, tmp_path: Path
+    spark: Any, save: Save, nsq_options: dict[str, str], read_topic: Any, tmp_path: Path
 ) -> None:
     # 64 rows x 96 KiB = 6 MiB in one partition and one MPUB call: more than nsqd's 5 MiB
     # max body, so the client must send it as several MPUB frames.
@@ -144,7 +174,7 @@ def test_large_partition_is_split_across_mpub_frames(
 
 
 def test_empty_dataframe_publishes_nothing_and_opens_no_connection(
-    spark: Any, nsq_options: dict[str, str], tmp_path: Path
+    spark: Any, save: Save, nsq_options: dict[str, str], tmp_path: Path
 ) -> None:
     summary_file = tmp_path / "summary.json"
     df = spark.createDataFrame([], "value string").repartition(2)
@@ -179,6 +209,7 @@ def test_empty_dataframe_publishes_nothing_and_opens_no_connection(
 )
 def test_bad_options_fail_on_the_driver_before_publishing(
     spark: Any,
+    save: Save,
     nsqd: Any,
     nsq_options: dict[str, str],
     options: dict[str, str | None],
@@ -196,6 +227,7 @@ def test_bad_options_fail_on_the_driver_before_publishing(
     assert nsqd.topic_stats(nsq_options["topic"]) is None  # nothing was ever published
 
 
+@needs_data_source
 def test_overwrite_mode_is_refused(
     spark: Any, nsq_options: dict[str, str], read_topic: Any
 ) -> None:
@@ -206,7 +238,7 @@ def test_overwrite_mode_is_refused(
 
 
 def test_null_body_fails_the_job_and_the_summary_says_aborted(
-    spark: Any, nsq_options: dict[str, str], tmp_path: Path
+    spark: Any, save: Save, nsq_options: dict[str, str], tmp_path: Path
 ) -> None:
     summary_file = tmp_path / "summary.json"
     df = spark.createDataFrame([("a",), (None,), ("c",)], "value string").coalesce(1)
@@ -220,9 +252,11 @@ def test_null_body_fails_the_job_and_the_summary_says_aborted(
 SECRET = "spark-writer-secret-5c1d"
 
 
+@needs_airflow
 @pytest.mark.parametrize("compression", ["snappy", "deflate"])
 def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
     spark: Any,
+    save: Save,
     nsqd_factory: Any,
     tls_files: Any,
     nsq_topic: str,
@@ -264,6 +298,7 @@ def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
     assert sorted(got) == sorted(f"secure {i}".encode() for i in range(20))
 
 
+@needs_stream_reader
 def test_batch_reading_points_to_the_stream_reader(spark: Any) -> None:
     with pytest.raises(Exception, match="readStream"):
         options = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c"}
@@ -271,7 +306,7 @@ def test_batch_reading_points_to_the_stream_reader(spark: Any) -> None:
 
 
 def test_nsqd_tcp_addresses_spread_partitions_and_skip_a_dead_nsqd(
-    spark: Any, nsq_topology: Any, nsq_topic: str, tmp_path: Path
+    spark: Any, save: Save, nsq_topology: Any, nsq_topic: str, tmp_path: Path
 ) -> None:
     from airflow_provider_nsq.client.consumer import NSQConsumer
     from tests.client.net import closed_port

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+from tests.spark.pyspark_features import needs_airflow, needs_data_source
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, needs_airflow, needs_data_source]
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "example_dags" / "nsq_gate_spark_job.py"
 

@@ -14,6 +14,7 @@ from airflow_provider_nsq.spark.options import (
     options_from_client_config,
     parse_nsqd_address,
 )
+from tests.spark.pyspark_features import needs_airflow
 
 BASE = {"nsqd": "127.0.0.1:4150", "topic": "events"}
 
@@ -140,15 +141,22 @@ def test_options_from_client_config_brackets_ipv6() -> None:
 
 
 def test_spark_package_does_not_import_airflow() -> None:
-    # Executors have the NSQ client, not Airflow.
+    # Executors have the NSQ client, not Airflow. Every name this PySpark can import.
     code = (
-        "import sys, airflow_provider_nsq.spark; "
-        "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')); "
-        "assert not bad, bad"
+        "import sys, airflow_provider_nsq.spark as s\n"
+        "for name in s.__all__:\n"
+        "    try:\n"
+        "        getattr(s, name)\n"
+        "    except ImportError as exc:\n"
+        "        assert 'needs PySpark' in str(exc), exc\n"
+        "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
+        "assert not bad, bad\n"
+        "assert 'pyspark' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+@needs_airflow
 def test_options_from_an_airflow_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_nsq.hooks.nsq import NSQHook
 

@@ -8,11 +8,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
-from airflow_provider_nsq.spark.reader import NSQStreamReader, arrow_schema
-from airflow_provider_nsq.spark.reader_options import NSQReadOptions
+from tests.spark.pyspark_features import skip_module_without_stream_reader
+
+skip_module_without_stream_reader()  # before the imports that need PySpark 4.2
+
+from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: E402
+
+from airflow_provider_nsq.client import ClientConfig, NSQConnection  # noqa: E402
+from airflow_provider_nsq.spark.reader import NSQStreamReader, arrow_schema  # noqa: E402
+from airflow_provider_nsq.spark.reader_options import NSQReadOptions  # noqa: E402
 
 CHANNEL = "offsets"
 

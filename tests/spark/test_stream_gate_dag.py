@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.spark.pyspark_features import needs_airflow, needs_stream_reader
 from tests.spark.test_gate_spark_dag import expected_results
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, needs_airflow, needs_stream_reader]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from tests.spark.pyspark_features import needs_stream_reader
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, needs_stream_reader]
 
 CHANNEL = "spark"
 

@@ -1,18 +1,22 @@
-"""The ``nsq`` data source (writer and stream reader) in a Python without Airflow.
+"""Spark jobs that publish and read NSQ in a Python without Airflow.
 
 Spark executors get this package installed with ``pip install --no-deps`` (or zipped as
 ``--py-files``), not Airflow. This test builds such an environment: a venv whose
-site-packages holds only pyspark, py4j, pyarrow, python-snappy (cramjam), h11 and
-this package, linked from the test environment as ``pip install --no-deps`` would install them.
-A Spark application then runs entirely in it (driver, the stream source's process and the
-executors' workers: ``PYSPARK_PYTHON``), writes a topic with the data source, reads it
-back with the stream reader, and checks that ``import airflow`` fails everywhere.
+site-packages holds only pyspark, py4j, pyarrow (pandas and numpy, which PySpark's Arrow
+code imports), python-snappy (cramjam), h11 and this package, linked from the test
+environment as ``pip install --no-deps`` would install them. A Spark application then
+runs entirely in it (driver, the stream source's process and the executors' workers:
+``PYSPARK_PYTHON``) and checks that ``import airflow`` fails everywhere. It publishes with
+``publish_dataframe`` (every PySpark), writes a topic with the data source (PySpark 4.0+)
+and reads it back with the stream reader (PySpark 4.2+).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -24,19 +28,48 @@ from typing import Any
 import pytest
 
 import airflow_provider_nsq
+from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from tests.spark.pyspark_features import DATA_SOURCE_MISSING, STREAM_READER_MISSING
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-# What the executors need: the data source's own imports, nothing of Airflow.
-EXECUTOR_PACKAGES = ("pyspark", "py4j", "pyarrow", "snappy", "cramjam", "h11")
+# What the executors need (docs/spark.md, "Running on a cluster"), with their own
+# dependencies: the client's, PySpark's, and pandas, which PySpark's mapInArrow requires.
+EXECUTOR_DISTRIBUTIONS = ("pyspark", "pyarrow", "pandas", "python-snappy", "h11")
+
+
+def with_dependencies(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions ``names`` and what they require (no extras; a
+    requirement with an environment marker only if it is installed)."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    todo = [(name, False) for name in names]
+    while todo:
+        raw, conditional = todo.pop()
+        name = re.sub(r"[-_.]+", "-", raw).lower()
+        if name in found:
+            continue
+        try:
+            dist = found[name] = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            if conditional:
+                continue
+            raise
+        for requirement in dist.requires or ():
+            if "extra ==" not in requirement:
+                match = re.match(r"[A-Za-z0-9._-]+", requirement)
+                assert match, requirement
+                todo.append((match.group(), ";" in requirement))
+    return list(found.values())
+
 
 JOB = textwrap.dedent(
     """
     import importlib.util, json, sys
     from pyspark.sql import SparkSession
-    from airflow_provider_nsq.spark import register
+    from airflow_provider_nsq.spark import publish_dataframe
 
-    nsqd, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    nsqd, topic, count, checkpoint, pieces = sys.argv[1:6]
+    count = int(count)
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
@@ -44,32 +77,37 @@ JOB = textwrap.dedent(
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
 
     def has_airflow(_):
         return importlib.util.find_spec("airflow") is not None
 
     df = spark.range(count, numPartitions=2).selectExpr("concat('event-', id) as value")
-    df.write.format("nsq").mode("append").option("nsqd", nsqd).option("topic", topic).save()
+    result = {"published": publish_dataframe(df, nsqd=nsqd, topic=topic + "_p")["messages"]}
+    if "write" in pieces:
+        from airflow_provider_nsq.spark import register
 
-    query = (
-        spark.readStream.format("nsq")
-        .option("nsqd", nsqd).option("topic", topic).option("channel", "no-airflow")
-        .option("batch_timeout", "0.5")
-        .load()
-        .writeStream.format("memory").queryName("back")
-        .trigger(availableNow=True)
-        .option("checkpointLocation", sys.argv[4])
-        .start()
+        register(spark)
+        df.write.format("nsq").mode("append").option("nsqd", nsqd).option("topic", topic).save()
+    if "read" in pieces:
+        query = (
+            spark.readStream.format("nsq")
+            .option("nsqd", nsqd).option("topic", topic).option("channel", "no-airflow")
+            .option("batch_timeout", "0.5")
+            .load()
+            .writeStream.format("memory").queryName("back")
+            .trigger(availableNow=True)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        query.awaitTermination(120)
+        back = spark.sql("select body from back").collect()
+        result["read"] = sorted(bytes(r.body).decode() for r in back)
+        result["error"] = str(query.exception()) if query.exception() else None
+    result["driver_has_airflow"] = has_airflow(None)
+    result["executors_have_airflow"] = (
+        spark.sparkContext.parallelize(range(4), 2).map(has_airflow).collect()
     )
-    query.awaitTermination(120)
-    bodies = sorted(bytes(r.body).decode() for r in spark.sql("select body from back").collect())
-    print("RESULT " + json.dumps({
-        "bodies": bodies,
-        "driver_has_airflow": has_airflow(None),
-        "executors_have_airflow": spark.sparkContext.parallelize(range(4), 2).map(has_airflow).collect(),
-        "error": str(query.exception()) if query.exception() else None,
-    }))
+    print("RESULT " + json.dumps(result))
     spark.stop()
     """
 )
@@ -92,14 +130,12 @@ def python_without_airflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ).stdout.strip()
     )
     source = Path(sysconfig.get_paths()["purelib"])
-    for entry in source.iterdir():
-        name = entry.name.split("-")[0].lower()
-        top = entry.name.lower()
-        if top in EXECUTOR_PACKAGES or (
-            entry.suffix == ".dist-info"
-            and name in {"pyspark", "py4j", "pyarrow", "python_snappy", "cramjam", "h11"}
-        ):
-            (target / entry.name).symlink_to(entry)
+    for dist in with_dependencies(EXECUTOR_DISTRIBUTIONS):
+        # Each distribution's top-level entries in site-packages, and its .dist-info.
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops:
+            if (source / top).exists() and not (target / top).exists():
+                (target / top).symlink_to(source / top)
     package = Path(airflow_provider_nsq.__file__).resolve().parent
     (target / package.name).symlink_to(package)
     check = subprocess.run(
@@ -109,11 +145,16 @@ def python_without_airflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
-def test_writer_and_reader_run_where_airflow_is_not_installed(
-    python_without_airflow: Path, nsqd: Any, tmp_path: Path
+def test_publishing_and_reading_run_where_airflow_is_not_installed(
+    python_without_airflow: Path, nsqd: Any, tmp_path: Path, read_topic: Any
 ) -> None:
     topic = f"t_no_airflow_{uuid.uuid4().hex[:8]}"
     nsqd.create_channel(topic, "no-airflow")
+    pieces = [
+        p
+        for p, missing in (("write", DATA_SOURCE_MISSING), ("read", STREAM_READER_MISSING))
+        if not missing
+    ]
     script = tmp_path / "job.py"
     script.write_text(JOB)
     env = {
@@ -129,6 +170,7 @@ def test_writer_and_reader_run_where_airflow_is_not_installed(
             topic,
             "25",
             str(tmp_path / "checkpoint"),
+            ",".join(pieces),
         ],
         env=env,
         capture_output=True,
@@ -138,7 +180,15 @@ def test_writer_and_reader_run_where_airflow_is_not_installed(
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-3000:]
     result = json.loads(lines[0].removeprefix("RESULT "))
-    assert result["error"] is None
-    assert result["bodies"] == sorted(f"event-{i}" for i in range(25))
+    events = sorted(f"event-{i}".encode() for i in range(25))
+    assert result["published"] == 25
+    assert sorted(read_topic(f"{topic}_p", 25)) == events
+    if "read" in pieces:
+        assert result["error"] is None
+        assert result["read"] == [e.decode() for e in events]
+    elif "write" in pieces:
+        with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+            got = conn.consume(topic, "no-airflow", max_messages=30, timeout=2.0)
+        assert sorted(m.body for m in got) == events
     assert result["driver_has_airflow"] is False
     assert result["executors_have_airflow"] == [False] * 4
