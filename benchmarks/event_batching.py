@@ -47,8 +47,8 @@ CHANNEL = "bench"
 ROWS: list[tuple[str, int, str, float, dict[str, Any]]] = [
     ("burst", 20, "pub", 0.0, {}),
     ("burst", 200, "pub", 0.0, {}),
-    ("burst", 500, "pub", 0.0, {}),
-    ("burst", 1000, "mpub", 0.0, {}),
+    ("burst", 1000, "pub", 0.0, {}),
+    ("burst", 2000, "mpub", 0.0, {}),
     ("trickle, 0.1 s apart", 50, "pub", 0.1, {}),
     ("burst, batch_size=1", 200, "pub", 0.0, {"batch_size": 1}),
 ]

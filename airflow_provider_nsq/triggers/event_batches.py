@@ -34,9 +34,10 @@ from ..hooks.nsq import duration_to_seconds
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 
-#: Messages per event by default: a burst of a few hundred becomes one event; a busy
-#: topic (100 messages/s) becomes about one event per ``DEFAULT_MIN_EVENT_INTERVAL_S``.
-DEFAULT_BATCH_SIZE = 500
+#: Messages per event by default: a burst of up to a thousand becomes one event, and a
+#: busy topic (100 messages/s) one event per ``DEFAULT_MIN_EVENT_INTERVAL_S`` and the
+#: store (about 6 s): batches of ~600 keep up with it.
+DEFAULT_BATCH_SIZE = 1000
 #: How long a batch collects after its first message: a burst published by one client
 #: reaches the trigger within a fraction of a second (docs/event-driven.md, "Measured").
 DEFAULT_BATCH_TIMEOUT_S = 2.0

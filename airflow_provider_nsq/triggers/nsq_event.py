@@ -426,7 +426,7 @@ class NSQEventTrigger(BaseEventTrigger):
         trigger on the channel takes them, go to ``dead_letter_topic``, or are dropped).
         A batch it rejects entirely fires no event. A filter that raises keeps the
         message (the error is logged).
-    :param batch_size: at most this many messages per event (default 500, at most
+    :param batch_size: at most this many messages per event (default 1000, at most
         2500); 1 fires one event per message, whose payload is the message's record.
     :param batch_timeout: how long a batch collects messages after its first one:
         ``timedelta`` or seconds (default 2 s, at most 300 s); a full batch goes at once.

@@ -503,11 +503,11 @@ def test_batching_defaults_and_serialize_round_trip():
     kwargs = trigger.serialize()[1]
     # Defaults: a burst of hundreds in one event; max_in_flight raised to hold a batch.
     assert (kwargs["batch_size"], kwargs["batch_timeout"], kwargs["min_event_interval"]) == (
-        500,
+        1000,
         2.0,
         5.0,
     )
-    assert kwargs["max_in_flight"] == 500
+    assert kwargs["max_in_flight"] == 1000
     # batch_size=1 is one event per message, as before batching: no spacing either.
     legacy = _batched("orders", batch_size=1).serialize()[1]
     assert (legacy["min_event_interval"], legacy["max_in_flight"]) == (0.0, 100)
