@@ -697,18 +697,18 @@ def test_a_filter_leaves_rejects_out_of_the_batch_and_they_are_dead_lettered(
 def test_a_trigger_with_batch_size_1_gets_one_event_per_message_of_a_shared_batch(
     nsqd, nsq_default, nsq_topic
 ):
-    for n in range(4):
-        nsqd.http_publish(nsq_topic, f"m{n}".encode())
-
     async def scenario() -> Triggerer:
         triggerer = Triggerer()
         # The first trigger's batching decides the shared subscription's batches; each
-        # trigger's payload follows its own batch_size.
-        triggerer.start(1, _batched(nsq_topic, batch_size=10, batch_timeout=0.5))
-        await _until(nsqd, lambda: bool(_channel(nsqd, nsq_topic).get("clients")))
+        # trigger's payload follows its own batch_size. Both subscribe before anything
+        # is published, so both are owed every batch.
+        triggerer.start(1, _batched(nsq_topic, batch_size=10, batch_timeout=2.0))
         triggerer.start(2, _batched(nsq_topic, batch_size=1))
-        await triggerer.until(lambda: len(triggerer.payloads(1)) == 1)
+        await _until(nsqd, lambda: bool(_channel(nsqd, nsq_topic).get("clients")))
+        for n in range(4):
+            await asyncio.to_thread(nsqd.http_publish, nsq_topic, f"m{n}".encode())
         await triggerer.until(lambda: len(triggerer.payloads(2)) == 4)
+        await triggerer.until(lambda: len(triggerer.payloads(1)) == 1)
         triggerer.persist()
         await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 4)
         await triggerer.stop_all()
