@@ -50,6 +50,7 @@ ROWS: list[tuple[str, int, str, float, dict[str, Any]]] = [
     ("burst", 1000, "pub", 0.0, {}),
     ("burst", 2000, "mpub", 0.0, {}),
     ("trickle, 0.1 s apart", 50, "pub", 0.1, {}),
+    ("steady, ~100/s", 2000, "pub", 0.01, {}),
     ("burst, batch_size=1", 200, "pub", 0.0, {"batch_size": 1}),
 ]
 QUICK_ROWS = [ROWS[0], ROWS[4]]
