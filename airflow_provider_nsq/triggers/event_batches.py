@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..client import NSQMessage
-from ..hooks.nsq import duration_to_seconds
+from ..client.setting_values import parse_seconds
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 
@@ -73,11 +73,14 @@ def hold_seconds(value: object, what: str) -> float:
     of seconds or a ``timedelta``."""
     if value in (0, datetime.timedelta(0)) and not isinstance(value, bool):
         return 0.0
-    seconds = duration_to_seconds(value, what)
-    if seconds > MAX_HOLD_S:
+    try:
+        seconds = parse_seconds(value)
+    except NSQValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_HOLD_S:
         raise NSQValueError(
-            f"{what} must be at most {MAX_HOLD_S:g} s (nsqd's --max-msg-timeout ends a held "
-            f"message's life), got {value!r}"
+            f"{what} must be 0-{MAX_HOLD_S:g} seconds (a number or a timedelta; nsqd's "
+            f"--max-msg-timeout ends a held message's life), got {value!r}"
         )
     return seconds
 
