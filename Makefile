@@ -36,6 +36,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/codec.py
 	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/event_batching.py
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_writer.py --rows 100000
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_reader.py --messages 200000
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000

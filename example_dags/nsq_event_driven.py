@@ -1,15 +1,20 @@
-"""Event-driven: every message on an NSQ topic becomes an asset event, and asset events
-start this DAG; no sensor holds a worker slot while nothing happens.
+"""Event-driven: messages on an NSQ topic become asset events, and asset events start
+this DAG; no sensor holds a worker slot while nothing happens.
 
 The asset is watched through the provider-neutral ``MessageQueueTrigger`` with the
 ``nsq`` scheme (``pip install 'airflow-provider-nsq[messaging]'``). The triggerer keeps
-one subscription on ``orders``/``airflow`` and, on Airflow >= 3.3, FINishes a message only
-after its asset event is stored (docs/event-driven.md). Each run gets the events stored
-since the previous run in ``triggering_asset_events``; their ``extra["payload"]`` is the
-message: ``body``, ``body_encoding``, ``id``, ``attempts``, ``timestamp``, ``topic``,
-``channel``, ``nsqd``. Delivery is at-least-once, so the run drops repeats of an
-``(nsqd, id)`` it has already seen in the same batch (use a table keyed by it to
-de-duplicate across runs), then publishes one result per message to ``order_results``.
+one subscription on ``orders``/``airflow`` and groups what arrives: one asset event
+carries up to ``batch_size`` messages collected for up to ``batch_timeout`` seconds, so a
+burst becomes one event (one database row) and one DAG run. On Airflow >= 3.3 a message
+is FINished only after its event is stored (docs/event-driven.md).
+
+Each run gets the events stored since the previous run in ``triggering_asset_events``;
+each event's ``extra["payload"]["messages"]`` lists its messages (``body``,
+``body_encoding``, ``id``, ``attempts``, ``timestamp``, ``topic``, ``channel``,
+``nsqd``). The run processes every message of every event it got. Delivery is
+at-least-once, so it drops repeats of an ``(nsqd, id)`` it has already seen in the same
+run (use a table keyed by it to de-duplicate across runs), then publishes one result per
+message to ``order_results``.
 
 Set up the ``nsq_default`` connection first, for example::
 
@@ -39,8 +44,16 @@ orders = Asset(
     watchers=[
         AssetWatcher(
             name="nsq_orders_watcher",
-            # A durable channel: messages published while no triggerer runs wait on it.
-            trigger=MessageQueueTrigger(scheme="nsq", topic=EVENTS_TOPIC, channel="airflow"),
+            trigger=MessageQueueTrigger(
+                scheme="nsq",
+                topic=EVENTS_TOPIC,
+                # A durable channel: messages published while no triggerer runs wait on it.
+                channel="airflow",
+                # One event per burst: up to 1000 messages, collected for up to 2 s after
+                # the first; events at least min_event_interval (5 s) apart. The defaults.
+                batch_size=1000,
+                batch_timeout=2.0,
+            ),
         )
     ],
 )
@@ -59,19 +72,20 @@ def nsq_event_driven():
         seen: set[tuple[str, str]] = set()
         results = []
         for event in triggering_asset_events[orders]:
-            record = event.extra["payload"]
-            key = (record["nsqd"], record["id"])
-            if key in seen:  # a redelivery of a message this run already has
-                continue
-            seen.add(key)
-            results.append(
-                {
-                    "nsqd": record["nsqd"],
-                    "id": record["id"],
-                    "attempts": record["attempts"],
-                    "bytes": len(decode_record_body(record)),
-                }
-            )
+            # An asset event created by hand (to release waiting ones) has no messages.
+            for record in event.extra.get("payload", {}).get("messages", []):
+                key = (record["nsqd"], record["id"])
+                if key in seen:  # a redelivery of a message this run already has
+                    continue
+                seen.add(key)
+                results.append(
+                    {
+                        "nsqd": record["nsqd"],
+                        "id": record["id"],
+                        "attempts": record["attempts"],
+                        "bytes": len(decode_record_body(record)),
+                    }
+                )
         return results
 
     NSQMultiPublishOperator(task_id="publish_results", topic=RESULTS_TOPIC, messages=process())

@@ -65,8 +65,9 @@ class NSQMessageQueueProvider(BaseMessageQueueProvider):
     :class:`~airflow_provider_nsq.triggers.nsq.NSQEventTrigger`.
 
     Scheme form (recommended): ``MessageQueueTrigger(scheme="nsq", topic=..., channel=...,
-    nsq_conn_id=..., message_filter=..., max_in_flight=..., requeue_delay=...,
-    dead_letter_topic=..., lookupd_poll_interval=...)``. Queue form (deprecated by common-messaging):
+    nsq_conn_id=..., message_filter=..., batch_size=..., batch_timeout=...,
+    min_event_interval=..., max_in_flight=..., requeue_delay=..., dead_letter_topic=...,
+    lookupd_poll_interval=...)``. Queue form (deprecated by common-messaging):
     ``MessageQueueTrigger(queue="nsq://nsqd:4150/topic?channel=name", ...)``.
     """
 

@@ -1,24 +1,32 @@
-"""``NSQEventTrigger``: event-driven DAGs from an NSQ channel, one asset event per message.
+"""``NSQEventTrigger``: event-driven DAGs from an NSQ channel, one asset event per batch
+of messages.
 
 Used through ``MessageQueueTrigger(scheme="nsq", ...)`` in an ``AssetWatcher`` (see
-:mod:`airflow_provider_nsq.queues.nsq`) or directly. Every message taken off the channel
-becomes one ``TriggerEvent`` whose payload is the message's JSON-safe record
-(:func:`~airflow_provider_nsq.client.records.message_record` plus ``nsqd``).
+:mod:`airflow_provider_nsq.queues.nsq`) or directly. Messages taken off the channel are
+grouped by :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`: one
+``TriggerEvent`` carries up to ``batch_size`` messages collected for up to
+``batch_timeout`` seconds, and events are spaced ``min_event_interval`` apart (Airflow
+3.3's scheduler leaves an event stored while a run is queued to a later run). Its
+payload lists the messages' JSON-safe records
+(:func:`~airflow_provider_nsq.client.records.message_record` plus ``nsqd``) with counts;
+with ``batch_size=1`` the payload is the one message's record.
 
 On Airflow >= 3.3 the trigger runs in the triggerer's shared-stream **ack mode**
 (``airflow/triggers/shared_stream.py``): all triggers on one (connection, topic, channel)
-share one consumer, :class:`NSQEventStreamProducer`, and a message is FINished only in
-:meth:`~NSQEventStreamProducer.advance`, which Airflow calls after the asset events
-derived from it are stored in the metadata database. Until then the producer TOUCHes the
-message so nsqd does not redeliver it early. A subscriber that failed (ack timeout,
-overflow) or a broadcast nobody took gets the message REQ'd; a message every filter
-rejected is FINished, after a publish to ``dead_letter_topic`` when one is set. A
-triggerer that dies leaves its messages in flight: nsqd redelivers them after its
-msg_timeout, to the next triggerer. At-least-once: duplicates, never losses.
+share one consumer, :class:`NSQEventStreamProducer`, and the messages of a batch are
+FINished only in :meth:`~NSQEventStreamProducer.advance`, which Airflow calls after the
+asset events derived from the batch are stored in the metadata database. Until then the
+producer TOUCHes them (also while the batch is still collecting) so nsqd does not
+redeliver them early. A subscriber that failed (ack timeout, overflow) or a broadcast
+nobody took gets the whole batch REQ'd; a message every filter rejected is FINished,
+after a publish to ``dead_letter_topic`` when one is set. A triggerer that dies leaves
+its messages in flight: nsqd redelivers them after its msg_timeout, to the next
+triggerer. At-least-once: duplicates, never losses.
 
-On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` keeps its own consumer and
-FINs each message right after its event is handed to the triggerer, before the event is
-stored: a triggerer crash in between loses that message. Weaker; documented as such.
+On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` drives the same producer
+itself and settles each batch right after its events are handed to the triggerer, before
+they are stored: a triggerer crash in between loses that batch. Weaker; documented as
+such.
 
 Both read through the consumer core,
 :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`: every nsqd of the
@@ -33,9 +41,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
@@ -53,6 +61,16 @@ from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
+from .event_batches import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_BATCH_TIMEOUT_S,
+    DEFAULT_MIN_EVENT_INTERVAL_S,
+    EventBatcher,
+    MessageBatch,
+    batch_payload,
+    check_batch_size,
+    hold_seconds,
+)
 
 try:
     from airflow.triggers.shared_stream import (
@@ -69,12 +87,11 @@ except ImportError:  # pragma: no cover - Airflow 3.0-3.2
 
 log = logging.getLogger(__name__)
 
-#: How long one read waits for deliveries before looping (heartbeats keep the link alive;
-#: the consumer re-polls nsqlookupd and reconnects inside the read).
-_READ_WAIT_S = 30.0
 #: TOUCH outstanding messages this many times per msg_timeout.
 _TOUCHES_PER_TIMEOUT = 3
 
+#: ``max_in_flight`` when not given: this, or ``batch_size`` when larger (a batch can only
+#: hold messages in flight).
 DEFAULT_MAX_IN_FLIGHT = 100
 DEFAULT_REQUEUE_DELAY_MS = 5_000
 
@@ -146,14 +163,6 @@ async def _start_consumer(
     return consumer
 
 
-class _Delivery(NamedTuple):
-    """The broker payload of one raw event: the message and the nsqd that delivered it
-    (FIN/REQ/TOUCH go back on that nsqd's connection: the message knows it)."""
-
-    nsqd: str
-    message: NSQMessage
-
-
 class _DeadLetters:
     """Publishes rejected messages to ``topic`` on the nsqd that delivered them (known
     to be up, and NSQ's way: publish where the data is), one connection of its own per
@@ -192,7 +201,7 @@ class _DeadLetters:
             await conn.close()
 
 
-def _answer(what: str, delivery: _Delivery, respond: Callable[[], None]) -> None:
+def _answer(what: str, message: NSQMessage, respond: Callable[[], None]) -> None:
     """FIN or REQ one message (``respond`` does it); a connection that is gone is
     logged, not raised: nsqd redelivers its messages after msg_timeout."""
     try:
@@ -201,23 +210,26 @@ def _answer(what: str, delivery: _Delivery, respond: Callable[[], None]) -> None
         log.warning(
             "Could not %s message %s on %s (%s): nsqd redelivers it after its msg_timeout",
             what,
-            delivery.message.id,
-            delivery.nsqd,
+            message.id,
+            message.nsqd,
             exc,
         )
 
 
 class NSQEventStreamProducer(SharedStreamProducer):
-    """The broker side of one shared NSQ stream in ack mode (Airflow >= 3.3).
+    """The broker side of one NSQ stream: in ack mode (Airflow >= 3.3) the shared
+    stream's producer, before that what :meth:`NSQEventTrigger.run` drives itself.
 
     Owns the subscription for one (connection, topic, channel): one
     :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` over every nsqd of
     the connection (discovered through nsqlookupd when the connection names any), with
-    one ``max_in_flight`` budget split across them. Yields one raw event (the message's
-    record) per message; answers nsqd only in :meth:`advance`, after Airflow stored every
-    event derived from it, on the nsqd that delivered it. Meanwhile it TOUCHes
-    outstanding messages a few times per msg_timeout, so a slow store does not make nsqd
-    redeliver them.
+    one ``max_in_flight`` budget split across them. Yields one raw event per batch of
+    messages (:class:`~airflow_provider_nsq.triggers.event_batches.MessageBatch`, from
+    an :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`); answers
+    nsqd only in :meth:`settle` (through :meth:`advance` in ack mode), after Airflow
+    stored every event derived from the batch, on the nsqd that delivered each message.
+    Meanwhile it TOUCHes the messages it holds (collecting or waiting for the store) a
+    few times per msg_timeout, so nsqd does not redeliver them early.
 
     Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
     and ignored here).
@@ -233,6 +245,9 @@ class NSQEventStreamProducer(SharedStreamProducer):
         requeue_delay: int = DEFAULT_REQUEUE_DELAY_MS,
         dead_letter_topic: str | None = None,
         lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL_S,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_timeout: float = DEFAULT_BATCH_TIMEOUT_S,
+        min_event_interval: float = DEFAULT_MIN_EVENT_INTERVAL_S,
         **_: Any,
     ) -> None:
         self.topic = topic
@@ -242,70 +257,96 @@ class NSQEventStreamProducer(SharedStreamProducer):
         self.requeue_delay_ms = requeue_delay
         self.dead_letter_topic = dead_letter_topic
         self.lookupd_poll_interval = lookupd_poll_interval
+        self.batcher = EventBatcher(
+            batch_size=batch_size,
+            batch_timeout=batch_timeout,
+            min_event_interval=min_event_interval,
+            to_record=self._record,
+        )
         self.consumer: AsyncNSQConsumer | None = None
-        # Handed out, not yet answered: the message and the connection it came on (to
-        # stop touching it once that connection is gone).
+        # Delivered, not yet answered (collecting, or handed out): the message and the
+        # connection it came on (to stop touching it once that connection is gone).
         self._outstanding: dict[tuple[str, str], tuple[NSQMessage, AsyncNSQConnection | None]] = {}
         self._dead_letters: _DeadLetters | None = None
         self._toucher: asyncio.Task[None] | None = None
 
-    async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], _Delivery]]:
+    def _record(self, message: NSQMessage) -> dict[str, Any]:
+        return message_record(message, self.topic, self.channel, nsqd=message.nsqd or "")
+
+    async def _read(self, timeout: float) -> list[NSQMessage]:
+        """The consumer's deliveries within ``timeout`` seconds, held (and TOUCHed) from
+        now until they are answered."""
+        assert self.consumer is not None
+        messages = await self.consumer.read(timeout)
+        connections = self.consumer.connections  # each message's own, at delivery
+        for message in messages:
+            nsqd = message.nsqd or ""
+            self._outstanding[(nsqd, message.id)] = (message, connections.get(nsqd))
+        return messages
+
+    async def open_stream(self) -> AsyncGenerator[tuple[MessageBatch, MessageBatch], None]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
         config = await hook.aget_client_config()
         check_delay_ms(self.requeue_delay_ms, config.max_req_timeout_ms, what="requeue_delay")
         if self.dead_letter_topic:
             self._dead_letters = _DeadLetters(config, self.dead_letter_topic)
-        consumer = self.consumer = await _start_consumer(
+        self.consumer = await _start_consumer(
             hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
         )
         self._toucher = asyncio.create_task(self._touch_outstanding())
         while True:
-            messages = await consumer.read(_READ_WAIT_S)
-            connections = consumer.connections  # each message's own, at delivery
-            for message in messages:
-                nsqd = message.nsqd or ""
-                key = (nsqd, message.id)
-                self._outstanding[key] = (message, connections.get(nsqd))
-                record = message_record(message, self.topic, self.channel, nsqd=nsqd)
-                yield record, _Delivery(nsqd, message)
+            batch = await self.batcher.next_batch(self._read)
+            # The batch is both the raw event (its records, and the marks each trigger's
+            # filter leaves on it) and what settling it needs.
+            yield batch, batch
 
-    def get_advance_lane(self, broker_payload: _Delivery) -> Hashable:
-        # FIN is per message (no cumulative offset): one lane each, so a message still
+    def get_advance_lane(self, broker_payload: MessageBatch) -> Hashable:
+        # FIN is per message (no cumulative offset): one lane per batch, so a batch still
         # waiting for a slow subscriber never holds back the FIN of later ones.
-        return (broker_payload.nsqd, broker_payload.message.id)
+        return broker_payload.number
 
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        """Answer nsqd for each resolved message, on the nsqd that delivered it.
+        """Settle each resolved batch (see :meth:`settle`). Never raises."""
+        for item in batch:
+            outcome = item.outcome
+            await self.settle(
+                item.broker_payload,
+                acked=outcome.acked,
+                rejected=outcome.rejected,
+                failed=outcome.failed,
+            )
 
-        - a subscriber failed (ack timeout, overflow), or no subscriber was online: REQ
-          after ``requeue_delay``, so it comes back;
-        - at least one subscriber stored an event for it: FIN;
-        - every subscriber rejected it: publish it to ``dead_letter_topic`` (when set),
-          then FIN; if that publish fails, REQ instead.
+    async def settle(self, batch: MessageBatch, *, acked: int, rejected: int, failed: int) -> None:
+        """Answer nsqd for every message of a batch, on the nsqd that delivered it, given
+        how many triggers stored events of it (``acked``), rejected all of it, or failed:
+
+        - a trigger failed (ack timeout, overflow), or no trigger was online: REQ every
+          message after ``requeue_delay``, so they come back;
+        - otherwise a message some trigger's filter accepted (and so stored): FIN;
+        - a message every trigger's filter rejected: publish it to ``dead_letter_topic``
+          (when set), then FIN; if that publish fails, REQ it instead.
 
         Never raises: a FIN/REQ that cannot be sent (connection gone) leaves the message
         to nsqd's msg_timeout, which redelivers it.
         """
+        self.batcher.settled(batch, stored=acked > 0)
         consumer = self.consumer
         if consumer is None:
             return
-        for item in batch:
-            delivery: _Delivery = item.broker_payload
-            message = delivery.message
-            outcome = item.outcome
-            key = (delivery.nsqd, message.id)
+        done = not failed and (acked > 0 or rejected > 0)
+        for index, message in enumerate(batch.messages):
+            key = (message.nsqd or "", message.id)
             held = self._outstanding.get(key)
             if held is not None and held[0] is message:  # not a later redelivery
                 del self._outstanding[key]
-            # Done with it: nobody failed, and somebody stored or rejected it.
-            done = not outcome.failed and (outcome.acked > 0 or outcome.rejected > 0)
-            if done and not outcome.acked and self._dead_letters is not None:
-                done = await self._dead_letters.publish(message, delivery.nsqd)
-            if done:
-                _answer("finish", delivery, partial(consumer.finish, message))
+            finish = done
+            if done and not batch.accepted(index) and self._dead_letters is not None:
+                finish = await self._dead_letters.publish(message, message.nsqd or "")
+            if finish:
+                _answer("finish", message, partial(consumer.finish, message))
             else:
                 requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
-                _answer("requeue", delivery, requeue)
+                _answer("requeue", message, requeue)
 
     async def _touch_outstanding(self) -> None:
         while True:
@@ -344,13 +385,23 @@ class NSQEventStreamProducer(SharedStreamProducer):
 
 
 class NSQEventTrigger(BaseEventTrigger):
-    """Fire one event per message on an NSQ channel: for event-driven DAGs (assets).
+    """Fire asset events from an NSQ channel, one per batch of messages: for
+    event-driven DAGs (assets).
 
-    The event payload is the message as a JSON-safe dict: ``body`` (text; base64 text
-    when ``body_encoding == "base64"``), ``body_encoding``, ``id``, ``attempts``,
-    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``,
-    ``nsqd`` (``host:port`` of the nsqd that delivered it). Delivery is at-least-once: a
-    DAG may see a message twice (same ``nsqd`` and ``id``, higher ``attempts``).
+    Messages are grouped: one event carries up to ``batch_size`` messages, collected for
+    up to ``batch_timeout`` seconds after the first, and an event is handed over no
+    sooner than ``min_event_interval`` after the previous one was stored (so that the
+    scheduler has turned the previous one into a DAG run; see docs/event-driven.md).
+    The payload is ``{"messages": [record, ...], "count": n, "redelivered": r,
+    "filtered": f}``: the records this trigger's filter accepted, in delivery order;
+    how many of them were delivered before (``attempts`` > 1); how many messages of the
+    batch the filter rejected. Each record is the message as a JSON-safe dict: ``body``
+    (text; base64 text when ``body_encoding == "base64"``), ``body_encoding``, ``id``,
+    ``attempts``, ``timestamp`` (ns since the epoch, set by nsqd at publish),
+    ``topic``, ``channel``, ``nsqd`` (``host:port`` of the nsqd that delivered it).
+    With ``batch_size=1`` every message is its own event and the payload is its
+    record. Delivery is at-least-once: a DAG may see a message twice (same ``nsqd``
+    and ``id``, higher ``attempts``).
 
     It reads from every nsqd of the connection: those nsqlookupd lists for the topic
     when the connection has ``lookupd_http_addresses`` (asked again every
@@ -359,22 +410,34 @@ class NSQEventTrigger(BaseEventTrigger):
     and its ``nsqd_tcp_addresses``. An nsqd that drops is reconnected with backoff; the
     others go on meanwhile.
 
-    On Airflow >= 3.3 the message is FINished only after Airflow stored the event (see
-    the module docstring); triggers with the same connection, topic and channel share
-    one subscription, whose ``max_in_flight``, ``requeue_delay``, ``dead_letter_topic``
-    and ``lookupd_poll_interval`` are those of the first trigger to start.
+    On Airflow >= 3.3 the messages of a batch are FINished only after Airflow stored
+    the event (see the module docstring); triggers with the same connection, topic and
+    channel share one subscription, whose ``max_in_flight``, ``requeue_delay``,
+    ``dead_letter_topic``, ``lookupd_poll_interval``, ``batch_size``,
+    ``batch_timeout`` and ``min_event_interval`` are those of the first trigger to start
+    (each trigger's payload shape follows its own ``batch_size``).
 
     :param topic: the topic name.
     :param channel: the channel name; a durable channel keeps messages while no
         triggerer is running.
     :param nsq_conn_id: the ``nsq`` Connection to use.
-    :param message_filter: dotted path to a ``callable(record) -> bool``; messages it
-        rejects fire no event (and, when no other trigger on the channel takes them, go
-        to ``dead_letter_topic``, or are dropped). A filter that raises keeps the
+    :param message_filter: dotted path to a ``callable(record) -> bool``, called for
+        each message; messages it rejects are left out of the event (and, when no other
+        trigger on the channel takes them, go to ``dead_letter_topic``, or are dropped).
+        A batch it rejects entirely fires no event. A filter that raises keeps the
         message (the error is logged).
+    :param batch_size: at most this many messages per event (default 1000, at most
+        2500); 1 fires one event per message, whose payload is the message's record.
+    :param batch_timeout: how long a batch collects messages after its first one:
+        ``timedelta`` or seconds (default 2 s, at most 300 s); a full batch goes at once.
+    :param min_event_interval: how long after the previous event was stored the next
+        one may be handed over: ``timedelta`` or seconds, at most 300 s (default 5 s
+        when ``batch_size`` > 1, 0 when it is 1); 0 hands batches over as soon as they
+        are complete. Messages wait in flight meanwhile, and fill the batch.
     :param max_in_flight: messages held unanswered at once across all nsqds (the RDY
-        counts, split between them; default 100, at most 2500). No nsqd is given more
-        than its --max-rdy-count.
+        counts, split between them; at most 2500). At least ``batch_size``; by default
+        100, or ``batch_size`` when larger. No nsqd is given more than its
+        --max-rdy-count.
     :param requeue_delay: how long nsqd waits before redelivering a message whose event
         could not be stored: ``timedelta`` or milliseconds (default 5 s).
     :param dead_letter_topic: where messages that every trigger's filter rejected are
@@ -391,7 +454,10 @@ class NSQEventTrigger(BaseEventTrigger):
         channel: str,
         nsq_conn_id: str = NSQHook.default_conn_name,
         message_filter: str | None = None,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_timeout: float | datetime.timedelta = DEFAULT_BATCH_TIMEOUT_S,
+        min_event_interval: float | datetime.timedelta | None = None,
+        max_in_flight: int | None = None,
         requeue_delay: Delay = DEFAULT_REQUEUE_DELAY_MS,
         dead_letter_topic: str | None = None,
         lookupd_poll_interval: float | datetime.timedelta = DEFAULT_LOOKUPD_POLL_INTERVAL_S,
@@ -404,6 +470,9 @@ class NSQEventTrigger(BaseEventTrigger):
                 "message_filter must be a dotted path (module.function) so the trigger can "
                 f"be serialised, got {message_filter!r}"
             )
+        batch_size = check_batch_size(batch_size)
+        if max_in_flight is None:
+            max_in_flight = max(DEFAULT_MAX_IN_FLIGHT, batch_size)
         if (
             isinstance(max_in_flight, bool)
             or not isinstance(max_in_flight, int)
@@ -412,6 +481,13 @@ class NSQEventTrigger(BaseEventTrigger):
             raise NSQValueError(
                 f"max_in_flight must be an int 1-{DEFAULT_MAX_RDY_COUNT}, got {max_in_flight!r}"
             )
+        if max_in_flight < batch_size:
+            raise NSQValueError(
+                f"max_in_flight ({max_in_flight}) must be at least batch_size ({batch_size}): "
+                "a batch only holds messages in flight at once"
+            )
+        if min_event_interval is None:
+            min_event_interval = DEFAULT_MIN_EVENT_INTERVAL_S if batch_size > 1 else 0.0
         if dead_letter_topic is not None:
             validate_topic_name(dead_letter_topic)
             if dead_letter_topic == topic:
@@ -423,6 +499,9 @@ class NSQEventTrigger(BaseEventTrigger):
         self.channel = channel
         self.nsq_conn_id = nsq_conn_id
         self.message_filter = message_filter
+        self.batch_size = batch_size
+        self.batch_timeout = hold_seconds(batch_timeout, "batch_timeout")
+        self.min_event_interval = hold_seconds(min_event_interval, "min_event_interval")
         self.max_in_flight = max_in_flight
         self.requeue_delay = delay_to_ms(requeue_delay, "requeue_delay")
         self.dead_letter_topic = dead_letter_topic
@@ -438,6 +517,9 @@ class NSQEventTrigger(BaseEventTrigger):
                 "channel": self.channel,
                 "nsq_conn_id": self.nsq_conn_id,
                 "message_filter": self.message_filter,
+                "batch_size": self.batch_size,
+                "batch_timeout": self.batch_timeout,
+                "min_event_interval": self.min_event_interval,
                 "max_in_flight": self.max_in_flight,
                 "requeue_delay": self.requeue_delay,
                 "dead_letter_topic": self.dead_letter_topic,
@@ -445,7 +527,7 @@ class NSQEventTrigger(BaseEventTrigger):
             },
         )
 
-    # -- the user's filter -------------------------------------------------------------
+    # -- the user's filter, and the events of a batch ------------------------------------
 
     def _load_filter(self) -> MessageFilter | None:
         if self.message_filter is None:
@@ -466,6 +548,18 @@ class NSQEventTrigger(BaseEventTrigger):
             )
             return True
 
+    def _events(self, keep: MessageFilter | None, batch: MessageBatch) -> list[TriggerEvent]:
+        """This trigger's events for a batch (none when its filter rejects all of it),
+        after marking on the batch the messages it accepted."""
+        taken = [i for i, record in enumerate(batch.records) if self._accepts(keep, record)]
+        batch.accept(taken)
+        records = [batch.records[i] for i in taken]
+        if self.batch_size == 1:
+            return [TriggerEvent(record) for record in records]
+        if not records:
+            return []
+        return [TriggerEvent(batch_payload(records, filtered=len(batch) - len(records)))]
+
     # -- Airflow >= 3.3: shared stream, ack mode ------------------------------------------
 
     def shared_stream_key(self) -> Hashable | None:
@@ -483,49 +577,30 @@ class NSQEventTrigger(BaseEventTrigger):
         self, shared_stream: AsyncIterator[Any]
     ) -> AsyncIterator[TriggerEvent]:
         keep = self._load_filter()
-        async for record in shared_stream:
-            if self._accepts(keep, record):
-                yield TriggerEvent(record)
-            else:
+        async for batch in shared_stream:
+            events = self._events(keep, batch)
+            if not events:
                 reject_shared_stream_event()
+            for event in events:
+                yield event
 
-    # -- Airflow 3.0-3.2: FIN right after the event is handed over ----------------------
+    # -- Airflow 3.0-3.2: settle right after the events are handed over -------------------
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        """The pre-3.3 path (also what a direct ``run()`` does): FIN each message right
-        after its event is yielded, which is before the triggerer stored it."""
+        """The pre-3.3 path (also what a direct ``run()`` does): the same producer and
+        batches, but each batch is settled (FIN) right after its events are yielded,
+        which is before the triggerer stored them."""
         keep = self._load_filter()
-        hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
-        config = await hook.aget_client_config()
-        check_delay_ms(self.requeue_delay, config.max_req_timeout_ms, what="requeue_delay")
-        dead_letters = (
-            _DeadLetters(config, self.dead_letter_topic) if self.dead_letter_topic else None
-        )
-        consumer: AsyncNSQConsumer | None = None
+        producer = NSQEventStreamProducer(**self.serialize()[1])
+        stream = producer.open_stream()
         try:
-            consumer = await _start_consumer(
-                hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
-            )
-            while True:
-                for message in await consumer.read(_READ_WAIT_S):
-                    nsqd = message.nsqd or ""
-                    record = message_record(message, self.topic, self.channel, nsqd=nsqd)
-                    delivery = _Delivery(nsqd, message)
-                    finish = partial(consumer.finish, message)
-                    if not self._accepts(keep, record):
-                        if dead_letters is None or await dead_letters.publish(message, nsqd):
-                            _answer("finish", delivery, finish)
-                        else:
-                            requeue = partial(
-                                consumer.requeue, message, delay_ms=self.requeue_delay
-                            )
-                            _answer("requeue", delivery, requeue)
-                        continue
-                    yield TriggerEvent(record)
-                    _answer("finish", delivery, finish)
+            async for batch, _ in stream:
+                events = self._events(keep, batch)
+                for event in events:
+                    yield event
+                stored = len(events) > 0
+                await producer.settle(batch, acked=int(stored), rejected=int(not stored), failed=0)
         finally:
             # Also on cancellation: RDY 0, CLS, REQ what was taken and not answered.
-            if consumer is not None:
-                await consumer.close()
-            if dead_letters is not None:
-                await dead_letters.close()
+            await stream.aclose()
+            await producer.aclose()

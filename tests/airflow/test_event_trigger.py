@@ -80,7 +80,9 @@ class Triggerer:
 
 
 def _trigger(topic: str, **kwargs: Any) -> NSQEventTrigger:
-    return NSQEventTrigger(topic=topic, channel=CHANNEL, **kwargs)
+    """One event per message unless a test says otherwise (``batch_size=1``): the
+    per-message FIN/REQ discipline these tests pin is the same for a batch."""
+    return NSQEventTrigger(topic=topic, channel=CHANNEL, **{"batch_size": 1, **kwargs})
 
 
 async def _until(nsqd, condition: Callable[[], Any], timeout: float = 20.0) -> None:
@@ -487,3 +489,281 @@ def test_a_tls_setting_no_nsqd_accepts_fails_the_trigger_at_once(nsqd_factory, m
     failure = asyncio.run(scenario())
     assert isinstance(failure, NSQTLSError), failure
     assert plain.tcp_address in str(failure)
+
+
+# -- batches: one event for many messages --------------------------------------------------
+
+
+def _batched(topic: str, **kwargs: Any) -> NSQEventTrigger:
+    return NSQEventTrigger(topic=topic, channel=CHANNEL, **kwargs)
+
+
+def test_batching_defaults_and_serialize_round_trip():
+    trigger = _batched("orders")
+    kwargs = trigger.serialize()[1]
+    # Defaults: a burst of hundreds in one event; max_in_flight raised to hold a batch.
+    assert (kwargs["batch_size"], kwargs["batch_timeout"], kwargs["min_event_interval"]) == (
+        1000,
+        2.0,
+        5.0,
+    )
+    assert kwargs["max_in_flight"] == 1000
+    # batch_size=1 is one event per message, as before batching: no spacing either.
+    legacy = _batched("orders", batch_size=1).serialize()[1]
+    assert (legacy["min_event_interval"], legacy["max_in_flight"]) == (0.0, 100)
+    timed = _batched(
+        "orders",
+        batch_size=50,
+        batch_timeout=__import__("datetime").timedelta(milliseconds=500),
+        min_event_interval=0,
+        max_in_flight=60,
+    )
+    json.dumps(timed.serialize())
+    for t in (trigger, timed):
+        assert type(t)(**t.serialize()[1]).serialize() == t.serialize()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 2501}, "batch_size"),
+        ({"batch_size": "10"}, "batch_size"),
+        ({"batch_timeout": -1}, "batch_timeout"),
+        ({"batch_timeout": 301}, "batch_timeout"),
+        ({"min_event_interval": "later"}, "min_event_interval"),
+        ({"min_event_interval": 600}, "min_event_interval"),
+        ({"batch_size": 200, "max_in_flight": 100}, r"max_in_flight \(100\).*batch_size \(200\)"),
+    ],
+)
+def test_bad_batch_arguments_are_refused_with_their_name(kwargs, needle):
+    with pytest.raises(NSQValueError, match=needle):
+        _batched("orders", **kwargs)
+
+
+def test_a_burst_becomes_one_event_finished_only_after_it_is_stored(nsqd, nsq_default, nsq_topic):
+    bodies = [f"order {n}".encode() for n in range(30)] + [b"\xff\x00binary"]
+    for body in bodies:
+        nsqd.http_publish(nsq_topic, body)
+
+    async def scenario() -> list[dict[str, Any]]:
+        triggerer = Triggerer()
+        triggerer.start(1, _batched(nsq_topic, batch_size=50, batch_timeout=1.0))
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        c = await asyncio.to_thread(_channel, nsqd, nsq_topic)
+        assert (c["depth"], c["in_flight_count"]) == (0, 31)
+        assert await asyncio.to_thread(_finished, nsqd, nsq_topic) == 0
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 31)
+        await triggerer.stop_all()
+        assert len(triggerer.events) == 1  # nothing else came
+        return triggerer.payloads()
+
+    (payload,) = asyncio.run(scenario())
+    json.dumps(payload)
+    assert (payload["count"], payload["redelivered"], payload["filtered"]) == (31, 0, 0)
+    records = payload["messages"]
+    assert [decode_record_body(r) for r in records] == bodies  # in delivery order
+    for r in records:
+        assert set(r) == {
+            "id",
+            "body",
+            "body_encoding",
+            "attempts",
+            "timestamp",
+            "topic",
+            "channel",
+            "nsqd",
+        }
+        assert (r["topic"], r["channel"], r["nsqd"], r["attempts"]) == (
+            nsq_topic,
+            CHANNEL,
+            nsqd.tcp_address,
+            1,
+        )
+    assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
+
+
+def test_batches_hold_batch_size_and_wait_min_event_interval_after_a_store(
+    nsqd, nsq_default, nsq_topic
+):
+    for n in range(25):
+        nsqd.http_publish(nsq_topic, f"m{n}".encode())
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        loop = asyncio.get_running_loop()
+        triggerer = Triggerer()
+        trigger = _batched(nsq_topic, batch_size=10, batch_timeout=0.5, min_event_interval=1.0)
+        triggerer.start(1, trigger)
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        # All 25 in flight (max_in_flight 100): the next batch is full, but waits for the
+        # first one's store.
+        await _until(nsqd, lambda: _channel(nsqd, nsq_topic)["in_flight_count"] == 25)
+        assert len(triggerer.events) == 1
+        triggerer.persist()
+        stored = loop.time()
+        await triggerer.until(lambda: len(triggerer.events) == 2)
+        spacing = loop.time() - stored
+        triggerer.persist()
+        await triggerer.until(lambda: len(triggerer.events) == 3)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 25)
+        await triggerer.stop_all()
+        return triggerer.payloads(), spacing
+
+    payloads, spacing = asyncio.run(scenario())
+    assert [p["count"] for p in payloads] == [10, 10, 5]
+    assert sorted(r["body"] for p in payloads for r in p["messages"]) == sorted(
+        f"m{n}" for n in range(25)
+    )
+    # Handed over no sooner than min_event_interval after the previous store (the store
+    # is confirmed to the producer a moment after persist()).
+    assert spacing >= 1.0
+
+
+def test_messages_collecting_longer_than_msg_timeout_are_touched(nsqd, monkeypatch, nsq_topic):
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?msg_timeout_ms=2000")
+    nsqd.http_publish(nsq_topic, b"early")
+
+    async def scenario() -> list[dict[str, Any]]:
+        triggerer = Triggerer()
+        # The batch collects for 5 s: 2.5 msg_timeouts with no answer but TOUCH.
+        triggerer.start(1, _batched(nsq_topic, batch_size=10, batch_timeout=5.0))
+        await _until(nsqd, lambda: _channel(nsqd, nsq_topic).get("in_flight_count") == 1)
+        await asyncio.to_thread(nsqd.http_publish, nsq_topic, b"late")
+        await triggerer.until(lambda: len(triggerer.events) == 1, timeout=30)
+        c = await asyncio.to_thread(_channel, nsqd, nsq_topic)
+        assert (c["timeout_count"], c["in_flight_count"]) == (0, 2)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 2)
+        await triggerer.stop_all()
+        return triggerer.payloads()
+
+    (payload,) = asyncio.run(scenario())
+    assert [r["body"] for r in payload["messages"]] == ["early", "late"]
+
+
+def test_a_batch_never_stored_is_requeued_whole(nsqd, nsq_default, nsq_topic):
+    for n in range(3):
+        nsqd.http_publish(nsq_topic, f"m{n}".encode())
+
+    async def scenario() -> None:
+        triggerer = Triggerer(ack_timeout=1.0)  # the store never confirms
+        triggerer.start(1, _batched(nsq_topic, batch_size=10, batch_timeout=0.5, requeue_delay=0))
+        await triggerer.until(lambda: 1 in triggerer.failures)
+        await triggerer.stop_all()
+
+    asyncio.run(scenario())
+    nsqd.wait_for(lambda: _channel(nsqd, nsq_topic)["depth"] == 3, 10)
+    again = read(nsqd, nsq_topic, CHANNEL, count=3)
+    assert sorted(m.body for m in again) == [b"m0", b"m1", b"m2"]
+    assert all(m.attempts >= 2 for m in again)
+
+
+def test_a_filter_leaves_rejects_out_of_the_batch_and_they_are_dead_lettered(
+    nsqd, nsq_default, nsq_topic
+):
+    dead = f"{nsq_topic[:40]}_dead"
+    nsqd.create_channel(dead, "inspect")
+    for body in (b"ham 1", b"spam 1", b"ham 2", b"spam 2", b"spam 3"):
+        nsqd.http_publish(nsq_topic, body)
+
+    async def scenario() -> list[dict[str, Any]]:
+        triggerer = Triggerer()
+        trigger = _batched(
+            nsq_topic,
+            batch_size=5,
+            message_filter="tests.airflow.event_filters.not_spam",
+            dead_letter_topic=dead,
+        )
+        triggerer.start(1, trigger)
+        await triggerer.until(lambda: len(triggerer.events) == 1)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 5)
+        await triggerer.stop_all()
+        return triggerer.payloads()
+
+    (payload,) = asyncio.run(scenario())
+    assert [r["body"] for r in payload["messages"]] == ["ham 1", "ham 2"]
+    assert (payload["count"], payload["filtered"]) == (2, 3)
+    assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
+    assert sorted(m.body for m in read(nsqd, dead, "inspect", count=3)) == [
+        b"spam 1",
+        b"spam 2",
+        b"spam 3",
+    ]
+
+
+def test_a_trigger_with_batch_size_1_gets_one_event_per_message_of_a_shared_batch(
+    nsqd, nsq_default, nsq_topic
+):
+    async def scenario() -> Triggerer:
+        triggerer = Triggerer()
+        # The first trigger's batching decides the shared subscription's batches; each
+        # trigger's payload follows its own batch_size. Both subscribe before anything
+        # is published, so both are owed every batch.
+        triggerer.start(1, _batched(nsq_topic, batch_size=10, batch_timeout=2.0))
+        triggerer.start(2, _batched(nsq_topic, batch_size=1))
+        await _until(nsqd, lambda: bool(_channel(nsqd, nsq_topic).get("clients")))
+        for n in range(4):
+            await asyncio.to_thread(nsqd.http_publish, nsq_topic, f"m{n}".encode())
+        await triggerer.until(lambda: len(triggerer.payloads(2)) == 4)
+        await triggerer.until(lambda: len(triggerer.payloads(1)) == 1)
+        triggerer.persist()
+        await _until(nsqd, lambda: _drained(nsqd, nsq_topic) and _finished(nsqd, nsq_topic) == 4)
+        await triggerer.stop_all()
+        return triggerer
+
+    triggerer = asyncio.run(scenario())
+    assert [r["body"] for r in triggerer.payloads(1)[0]["messages"]] == ["m0", "m1", "m2", "m3"]
+    assert [p["body"] for p in triggerer.payloads(2)] == ["m0", "m1", "m2", "m3"]
+
+
+def test_run_fires_one_event_per_batch_and_finishes_it_after_the_handover(
+    nsqd, nsq_default, nsq_topic
+):
+    for n in range(5):
+        nsqd.http_publish(nsq_topic, f"m{n}".encode())
+    trigger = _batched(nsq_topic, batch_size=3, batch_timeout=0.5, min_event_interval=0.5)
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        loop = asyncio.get_running_loop()
+        events = trigger.run()
+        first = (await asyncio.wait_for(events.__anext__(), 15)).payload
+        # Handed over, not finished: the FIN comes when the triggerer asks for more.
+        assert await asyncio.to_thread(_finished, nsqd, nsq_topic) == 0
+        asked = loop.time()
+        second = (await asyncio.wait_for(events.__anext__(), 15)).payload
+        spacing = loop.time() - asked
+        await _until(nsqd, lambda: _finished(nsqd, nsq_topic) == 3)
+        pending = asyncio.ensure_future(events.__anext__())
+        await _until(nsqd, lambda: _finished(nsqd, nsq_topic) == 5)
+        pending.cancel()
+        await asyncio.gather(pending, return_exceptions=True)
+        await events.aclose()
+        return [first, second], spacing
+
+    payloads, spacing = asyncio.run(scenario())
+    assert [[r["body"] for r in p["messages"]] for p in payloads] == [
+        ["m0", "m1", "m2"],
+        ["m3", "m4"],
+    ]
+    assert spacing >= 0.5  # min_event_interval after the first was handed over
+    nsqd.wait_for(lambda: _drained(nsqd, nsq_topic) and not _channel(nsqd, nsq_topic)["clients"])
+
+
+def test_run_cancelled_with_a_batch_collecting_requeues_it(nsqd, nsq_default, nsq_topic):
+    nsqd.http_publish(nsq_topic, b"collecting")
+
+    async def scenario() -> None:
+        events = _batched(nsq_topic, batch_size=10, batch_timeout=60).run()
+        pending = asyncio.ensure_future(events.__anext__())
+        await _until(nsqd, lambda: _channel(nsqd, nsq_topic).get("in_flight_count") == 1)
+        pending.cancel()  # the triggerer stops the trigger while the batch collects
+        await asyncio.gather(pending, return_exceptions=True)
+        await events.aclose()
+
+    asyncio.run(scenario())
+    nsqd.wait_for(lambda: not _channel(nsqd, nsq_topic)["clients"], 10)
+    (again,) = read(nsqd, nsq_topic, CHANNEL, count=1)
+    assert (again.body, again.attempts) == (b"collecting", 2)

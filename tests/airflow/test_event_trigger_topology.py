@@ -56,7 +56,10 @@ async def _on_every(topology, check, timeout: float = 20.0) -> None:
 
 
 def _trigger(topic: str, **kwargs: Any) -> NSQEventTrigger:
-    return NSQEventTrigger(topic=topic, channel=CHANNEL, lookupd_poll_interval=POLL_S, **kwargs)
+    """One event per message (``batch_size=1``): each asserts which nsqd had it."""
+    return NSQEventTrigger(
+        topic=topic, channel=CHANNEL, lookupd_poll_interval=POLL_S, batch_size=1, **kwargs
+    )
 
 
 def test_every_nsqd_lookupd_lists_feeds_the_asset_fin_after_store(
@@ -145,7 +148,7 @@ def test_run_reads_every_nsqd_of_the_connections_list(monkeypatch, nsq_topology,
     _publish(second, nsq_topic, "b1", "b2")
 
     async def scenario() -> list[dict[str, Any]]:
-        events = NSQEventTrigger(topic=nsq_topic, channel=CHANNEL).run()
+        events = NSQEventTrigger(topic=nsq_topic, channel=CHANNEL, batch_size=1).run()
         payloads = [(await asyncio.wait_for(events.__anext__(), 15)).payload for _ in range(4)]
         # The generator FINs the fourth when asked for the next event.
         pending = asyncio.ensure_future(events.__anext__())
