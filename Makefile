@@ -6,12 +6,12 @@ STAMP   := $(VENV)/.installed-stamp
 # Pins that keep the resolver on versions checked together (AIRFLOW-NOTES.md).
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
-.PHONY: install test lint typecheck pytest demo bench clean
+.PHONY: install test lint typecheck pytest floor compat dist demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,spark,messaging]" $(PINS)
+	$(PY) -m pip install -q -e ".[dev]" $(PINS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,7 +27,24 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest
 
-test: lint typecheck pytest
+# CI: the checks, the whole suite on the pinned (newest) Airflow, and the floor session,
+# which installs the wheel from `make dist` beside the oldest supported Airflow and runs
+# the Airflow-layer tests against it (noxfile.py).
+test: lint typecheck pytest floor
+
+# The sdist and the wheel, checked as PyPI would (twine) and for their license files.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) scripts/check_dist.py dist
+
+floor: dist
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox --tags floor
+
+# Every supported Airflow version (docs/compatibility.md); not part of CI's `make test`.
+compat: dist
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox
 
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) scripts/demo.py
@@ -40,4 +57,4 @@ bench: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist *.egg-info

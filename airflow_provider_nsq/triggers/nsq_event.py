@@ -18,7 +18,8 @@ msg_timeout, to the next triggerer. At-least-once: duplicates, never losses.
 
 On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` keeps its own consumer and
 FINs each message right after its event is handed to the triggerer, before the event is
-stored: a triggerer crash in between loses that message. Weaker; documented as such.
+stored: a triggerer crash in between loses that message. Weaker; it says so in a warning
+when it starts, and docs/compatibility.md says so.
 
 Both read through the consumer core,
 :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`: every nsqd of the
@@ -494,6 +495,14 @@ class NSQEventTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """The pre-3.3 path (also what a direct ``run()`` does): FIN each message right
         after its event is yielded, which is before the triggerer stored it."""
+        if not ACK_MODE:
+            self.log.warning(
+                "This Airflow has no shared-stream ack mode (it needs Airflow >= 3.3): each "
+                "message of %s/%s is FINished once its event is handed to the triggerer, "
+                "before the event is stored, so a triggerer that dies in between loses it",
+                self.topic,
+                self.channel,
+            )
         keep = self._load_filter()
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
         config = await hook.aget_client_config()

@@ -1,24 +1,31 @@
-"""What Airflow itself sees of the provider: ProvidersManager and the ``airflow
-providers`` CLI (the connection form in the UI is built from the same data)."""
+"""What Airflow itself sees of the provider: ProvidersManager, the ``airflow providers``
+CLI and the connection form the UI shows (from provider info on Airflow >= 3.2, from the
+hook's legacy methods before)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from airflow_provider_nsq.client.address import DEFAULT_NSQD_TCP_PORT
 from airflow_provider_nsq.provider_info import CONN_FIELDS
 
+from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow
+
 HOOK = "airflow_provider_nsq.hooks.nsq.NSQHook"
 
 
 @pytest.fixture(scope="module")
-def providers_manager():
+def legacy_form() -> None:
+    """Before 3.2 Airflow reads the form from the hook's methods, and only where wtforms
+    can be imported (the FAB provider brings it; the matrix installs it)."""
+    if AIRFLOW_VERSION.release < (3, 2):
+        pytest.importorskip("wtforms", reason="Airflow < 3.2 builds connection forms with wtforms")
+
+
+@pytest.fixture(scope="module")
+def providers_manager(legacy_form):
     from airflow.providers_manager import ProvidersManager
 
     manager = ProvidersManager()
@@ -32,10 +39,20 @@ def test_provider_is_registered(providers_manager):
     assert info.version
 
 
-def test_nsq_connection_type_maps_to_the_hook():
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+def _task_side_hooks():
+    """What a task resolves a conn_type with: the task SDK's own manager from Airflow 3.2
+    on, ProvidersManager before."""
+    try:
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    except ImportError:  # Airflow < 3.2
+        from airflow.providers_manager import ProvidersManager
 
-    hook_info = ProvidersManagerTaskRuntime().hooks["nsq"]
+        return ProvidersManager().hooks
+    return ProvidersManagerTaskRuntime().hooks
+
+
+def test_nsq_connection_type_maps_to_the_hook():
+    hook_info = _task_side_hooks()["nsq"]
     assert hook_info is not None
     assert hook_info.hook_class_name == HOOK
     assert hook_info.connection_id_attribute_name == "nsq_conn_id"
@@ -49,6 +66,24 @@ def test_connection_form_behaviour(providers_manager):
     assert behaviour["placeholders"]["port"] == str(DEFAULT_NSQD_TCP_PORT)
 
 
+def test_the_ui_shows_the_nsq_connection_form(legacy_form):
+    from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+
+    (meta,) = (m for m in HookMetaService.hook_meta_data() if m.connection_type == "nsq")
+    assert meta.hook_class_name == HOOK
+    standard = meta.standard_fields
+    assert standard.login.hidden and standard.url_schema.hidden
+    assert standard.password.title == "AUTH secret"
+    assert standard.port.placeholder == str(DEFAULT_NSQD_TCP_PORT)
+    extras = meta.extra_fields
+    assert set(extras) == set(CONN_FIELDS)
+    assert extras["tls_verify"]["value"] is True
+    assert extras["tls"]["schema"]["title"] == "TLS"
+    assert extras["compression"]["schema"]["enum"] == ["none", "snappy", "deflate"]
+    assert extras["deflate_level"]["schema"]["type"][0] == "integer"
+
+
+@needs_airflow("3.2", "the connection form from provider info (conn-fields)")
 def test_connection_form_fields(providers_manager):
     widgets = {
         name.removeprefix("extra__nsq__"): widget
@@ -79,27 +114,19 @@ def test_connection_form_fields(providers_manager):
 
 
 def test_airflow_providers_cli_shows_the_provider(airflow_home):
-    env = {**os.environ, "AIRFLOW_HOME": airflow_home}
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    commands = {
-        what: subprocess.Popen(
-            [airflow, "providers", what, "-o", "json"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    commands = ("list", "hooks", "behaviours")
+    with ThreadPoolExecutor(len(commands)) as pool:
+        out = dict(
+            zip(
+                commands,
+                pool.map(lambda what: airflow_cli_json(airflow_home, "providers", what), commands),
+                strict=True,
+            )
         )
-        for what in ("list", "hooks", "behaviours")
-    }
-    out = {}
-    for what, proc in commands.items():
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr
-        out[what] = json.loads(stdout[stdout.index("[") :])
-
     assert any(p["package_name"] == "airflow-provider-nsq" for p in out["list"])
     assert any(h["connection_type"] == "nsq" and h["class"] == HOOK for h in out["hooks"])
-    assert {"field_behaviours": "nsq"} in out["behaviours"]
+    if AIRFLOW_VERSION.release >= (3, 2):  # before, behaviours need wtforms in the CLI too
+        assert {"field_behaviours": "nsq"} in out["behaviours"]
 
 
 def test_legacy_hook_form_matches_the_provider_info(providers_manager):

@@ -1,0 +1,143 @@
+"""The version matrix: ``make compat`` runs every session, ``make test`` (CI) the floor.
+
+Each Airflow session makes a clean environment (uv) as that Airflow's users had it:
+Airflow and everything it pulls in resolved as of a date after its last patch and before
+the next minor (``--exclude-newer``; Airflow's constraint files would be the other way).
+Into it goes the provider's built wheel (``make dist``), not the checkout, with the
+``messaging`` extra and the test tools; then the Airflow-layer tests (``tests/airflow``)
+run from a copy of ``tests/``, so that they import the installed wheel. A test that needs
+a newer Airflow skips, naming the version it needs.
+
+The provider's own requirements may be newer than an old Airflow's date (a user who
+installs the provider today gets today's common-compat); the floor session pins
+common-compat to the provider's declared minimum instead, so both floors are run.
+
+    nox -l                      # the sessions
+    nox -t floor                # what CI adds to the main suite (Airflow 3.0.6)
+    nox -s "airflow(3.2.2)"     # one version
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+import nox
+from packaging.requirements import Requirement
+
+nox.options.default_venv_backend = "uv"
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["airflow"]
+
+ROOT = Path(__file__).resolve().parent
+#: The only interpreter the matrix has; pyproject declares newer ones, unchecked.
+PYTHON = "3.11"
+
+#: Airflow minor -> (its latest patch, resolve its environment as of this date).
+#: pyproject's ``apache-airflow`` requirement must span exactly these (a test checks it).
+AIRFLOW_MATRIX: dict[str, tuple[str, str]] = {
+    "3.0": ("3.0.6", "2025-09-20"),
+    "3.1": ("3.1.8", "2026-04-01"),
+    "3.2": ("3.2.2", "2026-07-01"),
+    "3.3": ("3.3.2", "2026-11-26"),
+}
+AIRFLOW_FLOOR = "3.0"
+#: The date the provider's own requirements and the test tools resolve as of, in every
+#: session (Airflow, its providers and what they pull in keep their Airflow's date).
+PROVIDER_DEPS_AS_OF = "2026-11-26"
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _requirement(name: str) -> str:
+    """The provider's requirement on ``name`` (e.g. ``>=1.21.0``), from pyproject."""
+    for req in _project()["dependencies"]:
+        if req.startswith(name) and req[len(name)] in "<>=!~ ;[":
+            return req
+    raise LookupError(f"pyproject.toml does not require {name}")
+
+
+def _wheel(session: nox.Session) -> Path:
+    """The wheel ``make dist`` built from this checkout's version."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from airflow_provider_nsq import __version__
+    finally:
+        sys.path.pop(0)
+    wheel = ROOT / "dist" / f"airflow_provider_nsq-{__version__}-py3-none-any.whl"
+    if not wheel.is_file():
+        session.error(f"{wheel.relative_to(ROOT)} is missing: run `make dist` first")
+    return wheel
+
+
+def _test_tree(session: nox.Session) -> Path:
+    """A copy of the tests (and the example DAGs they run) outside the checkout, so that
+    ``airflow_provider_nsq`` is imported from the installed wheel, not from the tree."""
+    tmp = Path(session.create_tmp())
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+    for name in ("tests", "example_dags"):
+        shutil.rmtree(tmp / name, ignore_errors=True)
+        shutil.copytree(ROOT / name, tmp / name, ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", tmp / "pyproject.toml")  # pytest's settings
+    return tmp
+
+
+def _own_packages() -> list[str]:
+    """The provider's direct requirements and test tools, Airflow itself excepted."""
+    project = _project()
+    names = {Requirement(r).name for r in project["dependencies"]}
+    names |= {Requirement(r).name for r in project["optional-dependencies"]["test"]}
+    return sorted(names - {"apache-airflow"})
+
+
+def _install(session: nox.Session, *requirements: str, as_of: str) -> None:
+    newer = [f"--exclude-newer-package={name}={PROVIDER_DEPS_AS_OF}" for name in _own_packages()]
+    session.install(f"--exclude-newer={as_of}", *newer, *requirements)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize(
+    "minor",
+    [
+        nox.param(
+            minor, id=AIRFLOW_MATRIX[minor][0], tags=["floor"] if minor == AIRFLOW_FLOOR else []
+        )
+        for minor in AIRFLOW_MATRIX
+    ],
+)
+def airflow(session: nox.Session, minor: str) -> None:
+    """The Airflow-layer tests on one Airflow version, against the installed wheel."""
+    version, as_of = AIRFLOW_MATRIX[minor]
+    wheel = _wheel(session)
+    test_tools = _project()["optional-dependencies"]["test"]
+    pins = [f"apache-airflow=={version}"]
+    if minor == AIRFLOW_FLOOR:
+        compat_floor = _requirement("apache-airflow-providers-common-compat").split(">=")[1]
+        pins.append(f"apache-airflow-providers-common-compat=={compat_floor}")
+    if minor < "3.2":
+        # Airflow < 3.2 builds the connection form from the hook's wtforms fields, only
+        # where wtforms can be imported (the FAB provider brings it): as users who see it.
+        pins.append("wtforms")
+    _install(session, f"{wheel}[messaging]", *pins, *test_tools, as_of=as_of)
+    tree = _test_tree(session)
+    with session.chdir(tree):
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            "tests/airflow",
+            "-p",
+            "no:cacheprovider",
+            "-rs",  # each skip with its reason (the version a feature needs)
+            *session.posargs,
+            env={"NSQ_PROVIDER_WHEEL": str(wheel), "NSQ_AIRFLOW_VERSION": version},
+        )
+
+
+# -- PySpark sessions ----------------------------------------------------------------
+# The PySpark matrix (tests/spark on each supported PySpark, with pyspark and
+# pyspark-client on one version) goes here, next to the Airflow sessions above.
