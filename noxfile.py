@@ -29,7 +29,6 @@ from packaging.requirements import Requirement
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["airflow"]
 
 ROOT = Path(__file__).resolve().parent
 #: The only interpreter the matrix has; pyproject declares newer ones, unchecked.
@@ -53,11 +52,11 @@ def _project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def _requirement(name: str) -> str:
-    """The provider's requirement on ``name`` (e.g. ``>=1.21.0``), from pyproject."""
-    for req in _project()["dependencies"]:
-        if req.startswith(name) and req[len(name)] in "<>=!~ ;[":
-            return req
+def _minimum(name: str) -> str:
+    """The lowest version the provider accepts of ``name`` (its ``>=`` in pyproject)."""
+    for req in map(Requirement, _project()["dependencies"]):
+        if req.name == name:
+            return next(spec.version for spec in req.specifier if spec.operator == ">=")
     raise LookupError(f"pyproject.toml does not require {name}")
 
 
@@ -116,11 +115,11 @@ def airflow(session: nox.Session, minor: str) -> None:
     test_tools = _project()["optional-dependencies"]["test"]
     pins = [f"apache-airflow=={version}"]
     if minor == AIRFLOW_FLOOR:
-        compat_floor = _requirement("apache-airflow-providers-common-compat").split(">=")[1]
-        pins.append(f"apache-airflow-providers-common-compat=={compat_floor}")
-    if minor < "3.2":
-        # Airflow < 3.2 builds the connection form from the hook's wtforms fields, only
-        # where wtforms can be imported (the FAB provider brings it): as users who see it.
+        compat = "apache-airflow-providers-common-compat"
+        pins.append(f"{compat}=={_minimum(compat)}")
+    if minor == "3.0":
+        # Airflow 3.0 builds the connection form from the hook's wtforms fields only where
+        # wtforms can be imported (the FAB provider brings it): as the users who see it.
         pins.append("wtforms")
     _install(session, f"{wheel}[messaging]", *pins, *test_tools, as_of=as_of)
     tree = _test_tree(session)
@@ -133,11 +132,15 @@ def airflow(session: nox.Session, minor: str) -> None:
             "-p",
             "no:cacheprovider",
             "-rs",  # each skip with its reason (the version a feature needs)
+            "--durations=5",
             *session.posargs,
             env={"NSQ_PROVIDER_WHEEL": str(wheel), "NSQ_AIRFLOW_VERSION": version},
         )
 
 
-# -- PySpark sessions ----------------------------------------------------------------
-# The PySpark matrix (tests/spark on each supported PySpark, with pyspark and
-# pyspark-client on one version) goes here, next to the Airflow sessions above.
+# -- PySpark sessions ------------------------------------------------------------------
+# The PySpark matrix goes here: a `spark` session parametrised by PySpark version that
+# installs the wheel (`_wheel`) with the spark extra, `pyspark` and `pyspark-client` pinned
+# to one version (else pyspark/ is overwritten), and runs tests/spark from `_test_tree`
+# (Java 17 on PATH; Spark's workers need the session's python first on PATH). `make
+# compat` runs every session of this file; tag a session "floor" only if CI must run it.

@@ -211,13 +211,13 @@ class NSQHook(BaseHook):
 
     # -- the connection form on Airflow < 3.2 ------------------------------------------
     # Airflow >= 3.2 builds the form from provider info (conn-fields, ui-field-behaviour)
-    # and never calls these. Airflow 3.0 and 3.1 call them only when wtforms can be
-    # imported where the API server runs (the FAB provider brings it); without it their UI
-    # shows the generic form, where the extras go in the Extra JSON field.
+    # and never calls these; 3.1 calls them (its API server stands in for a missing
+    # wtforms); 3.0 calls them only where wtforms can be imported (the FAB provider brings
+    # it), else its UI shows the generic form, the extras going in the Extra JSON field.
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
-        """The extras' form fields for Airflow 3.0 and 3.1, generated from the provider
+        """The extras' form fields for Airflow < 3.2, generated from the provider
         info's ``conn-fields``. Plain wtforms fields: the API server reads their label,
         description, default and allowed values (it needs no Flask-AppBuilder widgets)."""
         from wtforms import BooleanField, IntegerField, StringField

@@ -3,7 +3,8 @@ LocalExecutor, loopback only) runs ``example_dags/nsq_event_driven.py`` against 
 test nsqd. Messages become asset events with their payloads, the DAG runs and publishes
 its results, the channel drains; then the triggerer is killed (SIGKILL, its whole
 process group) while messages are pending and restarted: every message still produces
-an asset event (duplicates allowed, losses not).
+an asset event (duplicates allowed, losses not; on Airflow < 3.3, without ack mode, only
+the messages the killed triggerer had taken may be lost).
 
 It prints the measured publish -> asset event -> DAG run latency and the loss and
 duplicate counts across the kill (``pytest -s`` shows them). Skipped only when Airflow
@@ -33,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 
 from .conftest import EXAMPLE_DAGS
 
@@ -378,10 +380,16 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
     counts = _numbers(airflow.asset_events())
     lost = crash_batch - set(counts)
     duplicates = sum(counts[n] - 1 for n in crash_batch)
-    assert not lost
+    if ACK_MODE:
+        assert not lost
+    else:
+        # Airflow < 3.3 FINs an event's message before the event is stored: what the
+        # killed triggerer held that way is lost (docs/compatibility.md); what was
+        # published while it was down never reached it and must all arrive.
+        assert not lost & set(range(150, 170)), sorted(lost)
 
     # Every message reached a DAG run, whose results went back to NSQ.
-    every = {900, 901, 902} | set(range(50)) | crash_batch
+    every = ({900, 901, 902} | set(range(50)) | crash_batch) - lost
     events = airflow.asset_events()
     with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
         results = conn.consume(airflow.results_topic, "check", max_messages=len(events), timeout=10)
