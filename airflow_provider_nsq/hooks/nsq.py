@@ -121,8 +121,8 @@ def parse_extras(conn_id: str, extras: Mapping[str, Any]) -> dict[str, Any]:
 def client_config_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ClientConfig:
     """Build the :class:`ClientConfig` for an ``nsq`` Connection.
 
-    The single place where Connection fields become client settings: the hook (blocking
-    side) passes ``conn.extra_dejson``, the trigger the same, read without blocking its event loop.
+    The single place where Connection fields become client settings, for the hook's
+    blocking calls and for triggers (which read the extras without blocking their loop).
     The password is the AUTH secret; it never appears in errors or reprs.
 
     :param conn: the Airflow Connection (host, port, password, extra).
