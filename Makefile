@@ -7,12 +7,12 @@ STAMP   := $(VENV)/.installed-stamp
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
-.PHONY: install test lint typecheck pytest demo bench clean
+.PHONY: install test lint typecheck pytest matrix-ci compat dist demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test,spark,apache-spark,messaging]" $(PINS)
+	$(PY) -m pip install -q -e ".[dev]" $(PINS)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,7 +28,24 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest
 
-test: lint typecheck pytest
+# CI: the checks, the whole suite on the pinned (newest) Airflow, and the matrix sessions
+# tagged "ci" (noxfile.py): the wheel from `make dist` beside the oldest supported Airflow
+# (the Airflow-layer tests), and the Spark tests on the oldest and the newest PySpark.
+test: lint typecheck pytest matrix-ci
+
+# The sdist and the wheel, checked as PyPI would (twine) and for their license files.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) scripts/check_dist.py dist
+
+matrix-ci: dist
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox --tags ci
+
+# Every supported Airflow and PySpark version (docs/compatibility.md); CI runs a part.
+compat: dist
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox
 
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) scripts/demo.py
@@ -42,4 +59,4 @@ bench: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist *.egg-info

@@ -1,26 +1,144 @@
-"""Version matrix: each session installs the project into a clean environment (uv) with
-one version of what it is checked against, and runs the tests that apply there.
+"""The version matrix: ``make compat`` runs every session, ``make test`` (CI) those tagged
+``ci``: the Airflow floor, the oldest and the newest PySpark.
 
-    nox -l                 # the sessions
-    nox -t spark           # every PySpark session
-    nox -s "spark(pyspark='4.0.5')"
+Each Airflow session makes a clean environment (uv) as that Airflow's users had it:
+Airflow and everything it pulls in resolved as of a date after its last patch and before
+the next minor (``--exclude-newer``; Airflow's constraint files would be the other way).
+Into it goes the provider's built wheel (``make dist``), not the checkout, with the
+``messaging`` extra and the test tools; then the Airflow-layer tests (``tests/airflow``)
+run from a copy of ``tests/``, so that they import the installed wheel. A test that needs
+a newer Airflow skips, naming the version it needs.
+
+The provider's own requirements may be newer than an old Airflow's date (a user who
+installs the provider today gets today's common-compat); the floor session pins
+common-compat to the provider's declared minimum instead, so both floors are run.
+
+    nox -l                      # the sessions
+    nox -t ci                   # what CI adds to the main suite (the floors, the newest)
+    nox -t spark                # every PySpark session
+    nox -s "airflow(3.2.2)"     # one version
 """
 
 from __future__ import annotations
 
+import shutil
+import sys
+import tomllib
 from pathlib import Path
 
 import nox
-import tomllib
+from packaging.requirements import Requirement
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
 
-PYTHON = "3.11"  # the only interpreter checked here (docs/compatibility.md)
 ROOT = Path(__file__).resolve().parent
+#: The only interpreter the matrix has; pyproject declares newer ones, unchecked.
+PYTHON = "3.11"
+
+#: Airflow minor -> (its latest patch, resolve its environment as of this date).
+#: pyproject's ``apache-airflow`` requirement must span exactly these (a test checks it).
+AIRFLOW_MATRIX: dict[str, tuple[str, str]] = {
+    "3.0": ("3.0.6", "2025-09-20"),
+    "3.1": ("3.1.8", "2026-04-01"),
+    "3.2": ("3.2.2", "2026-07-01"),
+    "3.3": ("3.3.2", "2026-11-26"),
+}
+AIRFLOW_FLOOR = "3.0"
+#: The date the provider's own requirements and the test tools resolve as of, in every
+#: session (Airflow, its providers and what they pull in keep their Airflow's date).
+PROVIDER_DEPS_AS_OF = "2026-11-26"
 
 
-# -- PySpark sessions
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _minimum(name: str) -> str:
+    """The lowest version the provider accepts of ``name`` (its ``>=`` in pyproject)."""
+    for req in map(Requirement, _project()["dependencies"]):
+        if req.name == name:
+            return next(spec.version for spec in req.specifier if spec.operator == ">=")
+    raise LookupError(f"pyproject.toml does not require {name}")
+
+
+def _wheel(session: nox.Session) -> Path:
+    """The wheel ``make dist`` built from this checkout's version."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from airflow_provider_nsq import __version__
+    finally:
+        sys.path.pop(0)
+    wheel = ROOT / "dist" / f"airflow_provider_nsq-{__version__}-py3-none-any.whl"
+    if not wheel.is_file():
+        session.error(f"{wheel.relative_to(ROOT)} is missing: run `make dist` first")
+    return wheel
+
+
+def _test_tree(session: nox.Session) -> Path:
+    """A copy of the tests (and the example DAGs they run) outside the checkout, so that
+    ``airflow_provider_nsq`` is imported from the installed wheel, not from the tree."""
+    tmp = Path(session.create_tmp())
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
+    for name in ("tests", "example_dags"):
+        shutil.rmtree(tmp / name, ignore_errors=True)
+        shutil.copytree(ROOT / name, tmp / name, ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", tmp / "pyproject.toml")  # pytest's settings
+    return tmp
+
+
+def _own_packages() -> list[str]:
+    """The provider's direct requirements and test tools, Airflow itself excepted."""
+    project = _project()
+    names = {Requirement(r).name for r in project["dependencies"]}
+    names |= {Requirement(r).name for r in project["optional-dependencies"]["test"]}
+    return sorted(names - {"apache-airflow"})
+
+
+def _install(session: nox.Session, *requirements: str, as_of: str) -> None:
+    newer = [f"--exclude-newer-package={name}={PROVIDER_DEPS_AS_OF}" for name in _own_packages()]
+    session.install(f"--exclude-newer={as_of}", *newer, *requirements)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize(
+    "minor",
+    [
+        nox.param(minor, id=AIRFLOW_MATRIX[minor][0], tags=["ci"] if minor == AIRFLOW_FLOOR else [])
+        for minor in AIRFLOW_MATRIX
+    ],
+)
+def airflow(session: nox.Session, minor: str) -> None:
+    """The Airflow-layer tests on one Airflow version, against the installed wheel."""
+    version, as_of = AIRFLOW_MATRIX[minor]
+    wheel = _wheel(session)
+    test_tools = _project()["optional-dependencies"]["test"]
+    pins = [f"apache-airflow=={version}"]
+    if minor == AIRFLOW_FLOOR:
+        compat = "apache-airflow-providers-common-compat"
+        pins.append(f"{compat}=={_minimum(compat)}")
+    if minor == "3.0":
+        # Airflow 3.0 builds the connection form from the hook's wtforms fields only where
+        # wtforms can be imported (the FAB provider brings it): as the users who see it.
+        pins.append("wtforms")
+    _install(session, f"{wheel}[messaging]", *pins, *test_tools, as_of=as_of)
+    tree = _test_tree(session)
+    with session.chdir(tree):
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            "tests/airflow",
+            "-p",
+            "no:cacheprovider",
+            "-rs",  # each skip with its reason (the version a feature needs)
+            "--durations=5",
+            *session.posargs,
+            env={"NSQ_PROVIDER_WHEEL": str(wheel), "NSQ_AIRFLOW_VERSION": version},
+        )
+
+
+# -- PySpark sessions ------------------------------------------------------------------
 # Each PySpark session builds what a Spark runtime (driver and executors) holds: no
 # Airflow, the project installed with --no-deps, its runtime libraries (the project's
 # dependencies other than Airflow, and the `spark` extra with PySpark pinned). That is
@@ -41,8 +159,16 @@ def spark_runtime(pyspark: str) -> list[str]:
     return [f"pyspark=={pyspark}", *needed]
 
 
+#: What CI runs besides the main suite's PySpark (4.2.0, the stream reader's floor): the
+#: oldest supported and the newest.
+PYSPARK_CI = {"3.5.9", "4.3.0"}
+
+
 @nox.session(python=PYTHON, tags=["spark"])
-@nox.parametrize("pyspark", PYSPARK_VERSIONS)
+@nox.parametrize(
+    "pyspark",
+    [nox.param(v, id=v, tags=["ci"] if v in PYSPARK_CI else []) for v in PYSPARK_VERSIONS],
+)
 def spark(session: nox.Session, pyspark: str) -> None:
     """tests/spark on one PySpark, without Airflow."""
     session.install("--no-deps", ".")

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import PokeReturnValue, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.operators.nsq import NSQPublishOperator

@@ -13,7 +13,11 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook
+from airflow.providers.common.compat.connection import (
+    get_async_connection,
+    get_async_extra_dejson,
+)
+from airflow.providers.common.compat.sdk import BaseHook
 
 from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
 from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
@@ -29,7 +33,7 @@ from ..protocol.names import validate_channel_name, validate_topic_name
 from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
-    from airflow.sdk import Connection
+    from airflow.providers.common.compat.sdk import Connection
 
 #: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
@@ -117,8 +121,8 @@ def parse_extras(conn_id: str, extras: Mapping[str, Any]) -> dict[str, Any]:
 def client_config_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ClientConfig:
     """Build the :class:`ClientConfig` for an ``nsq`` Connection.
 
-    The single place where Connection fields become client settings: the hook (blocking
-    side) passes ``conn.extra_dejson``, the trigger ``await conn.aextra_dejson()``.
+    The single place where Connection fields become client settings, for the hook's
+    blocking calls and for triggers (which read the extras without blocking their loop).
     The password is the AUTH secret; it never appears in errors or reprs.
 
     :param conn: the Airflow Connection (host, port, password, extra).
@@ -207,31 +211,32 @@ class NSQHook(BaseHook):
 
     # -- the connection form on Airflow < 3.2 ------------------------------------------
     # Airflow >= 3.2 builds the form from provider info (conn-fields, ui-field-behaviour)
-    # and never calls these; older versions (with the FAB provider) do.
+    # and never calls these; 3.1 calls them (its API server stands in for a missing
+    # wtforms); 3.0 calls them only where wtforms can be imported (the FAB provider brings
+    # it), else its UI shows the generic form, the extras going in the Extra JSON field.
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
-        """Legacy form widgets for the extras, generated from the provider info's fields."""
-        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
-        from flask_babel import lazy_gettext
+        """The extras' form fields for Airflow < 3.2, generated from the provider
+        info's ``conn-fields``. Plain wtforms fields: the API server reads their label,
+        description, default and allowed values (it needs no Flask-AppBuilder widgets)."""
         from wtforms import BooleanField, IntegerField, StringField
+        from wtforms.validators import Optional, any_of
 
+        field_classes = {"boolean": BooleanField, "integer": IntegerField}
         widgets: dict[str, Any] = {}
         for name, spec in CONN_FIELDS.items():
-            kind = spec["schema"]["type"][0]
-            label = lazy_gettext(spec["label"])
-            if kind == "boolean":
-                widgets[name] = BooleanField(
-                    label, description=spec["description"], default=spec["schema"].get("default")
-                )
-            elif kind == "integer":
-                widgets[name] = IntegerField(
-                    label, description=spec["description"], widget=BS3TextFieldWidget()
-                )
-            else:
-                widgets[name] = StringField(
-                    label, description=spec["description"], widget=BS3TextFieldWidget()
-                )
+            schema = spec["schema"]
+            validators: list[Any] = [Optional()]
+            if "enum" in schema:
+                validators.append(any_of(schema["enum"]))
+            field_class = field_classes.get(schema["type"][0], StringField)
+            widgets[name] = field_class(
+                spec["label"],
+                validators=validators,
+                description=spec["description"],
+                default=schema.get("default"),
+            )
         return widgets
 
     @classmethod
@@ -263,8 +268,10 @@ class NSQHook(BaseHook):
     async def aget_client_config(self) -> ClientConfig:
         """Async :meth:`get_client_config`, for triggers (no blocking call on the loop)."""
         if self._config is None:
-            conn = await self.aget_connection(self.nsq_conn_id)
-            extras = await conn.aextra_dejson()
+            # common-compat picks the call that does not block the loop on this Airflow
+            # (aget_connection and aextra_dejson on 3.3.2+, a worker thread before).
+            conn = await get_async_connection(self.nsq_conn_id, hook=self)
+            extras = await get_async_extra_dejson(conn)
             self._config = client_config_from_connection(conn, extras)
             self._extras = parse_extras(self.nsq_conn_id, extras)
         return self._config

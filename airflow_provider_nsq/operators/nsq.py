@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.providers.common.compat.sdk import BaseOperator
 
 from ..client import encode_body
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, is_templated
@@ -19,7 +19,7 @@ from ..protocol.errors import NSQValueError
 from ..protocol.names import validate_topic_name
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.providers.common.compat.sdk import Context
 
 
 def check_topic(topic: object) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
+from airflow.providers.common.compat.sdk import AirflowOptionalProviderFeatureException
 
 from ..protocol.errors import NSQValueError
 from ..triggers.nsq_event import NSQEventTrigger

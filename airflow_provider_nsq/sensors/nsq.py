@@ -16,8 +16,12 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow.sdk import BaseSensorOperator, conf
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowSensorTimeout,
+    BaseSensorOperator,
+    conf,
+)
 
 from ..client import NSQMessage
 from ..client.nsqd_http import ChannelDepth
@@ -34,7 +38,7 @@ from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic
 from ..triggers.nsq import NSQMessageTrigger
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.providers.common.compat.sdk import Context
 
 #: nsqd's default --max-rdy-count: a window holds all its messages in flight at once.
 MAX_WINDOW_MESSAGES = 2500

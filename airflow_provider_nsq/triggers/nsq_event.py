@@ -25,8 +25,8 @@ triggerer. At-least-once: duplicates, never losses.
 
 On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` drives the same producer
 itself and settles each batch right after its events are handed to the triggerer, before
-they are stored: a triggerer crash in between loses that batch. Weaker; documented as
-such.
+they are stored: a triggerer crash in between loses that batch. Weaker; it says so in a
+warning when it starts, and docs/compatibility.md says so.
 
 Both read through the consumer core,
 :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`: every nsqd of the
@@ -590,6 +590,14 @@ class NSQEventTrigger(BaseEventTrigger):
         """The pre-3.3 path (also what a direct ``run()`` does): the same producer and
         batches, but each batch is settled (FIN) right after its events are yielded,
         which is before the triggerer stored them."""
+        if not ACK_MODE:
+            self.log.warning(
+                "This Airflow has no shared-stream ack mode (it needs Airflow >= 3.3): each "
+                "batch of %s/%s is FINished once its event is handed to the triggerer, "
+                "before the event is stored, so a triggerer that dies in between loses it",
+                self.topic,
+                self.channel,
+            )
         keep = self._load_filter()
         producer = NSQEventStreamProducer(**self.serialize()[1])
         stream = producer.open_stream()

@@ -1,19 +1,36 @@
 """Helpers for the Airflow-layer tests: the ``nsq_default`` connection pointing at the
 test broker, an independent consumer to see what nsqd holds, and ``dag.test()``
-runners that report task states and XCom values."""
+runners that report task states and XCom values; :func:`needs_airflow` for what a
+newer Airflow brings (the matrix runs these tests on every supported version)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_DAGS = ROOT / "tests" / "dags"
 EXAMPLE_DAGS = ROOT / "example_dags"
+#: The Airflow these tests run on (read without importing Airflow).
+AIRFLOW_VERSION = Version(version("apache-airflow"))
+
+
+def needs_airflow(minimum: str, what: str) -> pytest.MarkDecorator:
+    """Skip on an Airflow older than ``minimum``, saying which version ``what`` needs."""
+    return pytest.mark.skipif(
+        Version(minimum) > AIRFLOW_VERSION,
+        reason=f"{what} needs Airflow >= {minimum}; this is Airflow {AIRFLOW_VERSION}",
+    )
 
 
 @pytest.fixture
@@ -52,7 +69,10 @@ _bags: dict[Path, Any] = {}
 
 def load_dag(path: Path, dag_id: str):
     """Parse a DAG file the way Airflow does (once per file) and return one of its DAGs."""
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.0
+        from airflow.models.dagbag import DagBag
 
     if path not in _bags:
         bag = DagBag(dag_folder=str(path))
@@ -90,6 +110,24 @@ class RunResult:
 
     def __repr__(self) -> str:
         return f"<RunResult {self.dag_id} {self.state} {self.task_states}>"
+
+
+def airflow_cli_json(airflow_home: str, *args: str) -> Any:
+    """The JSON that ``airflow <args> -o json`` prints (Airflow 3.0 and 3.1 print their
+    log lines to stdout too, before it)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), *args, "-o", "json"],
+        env={**os.environ, "AIRFLOW_HOME": airflow_home},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    decoder = json.JSONDecoder()
+    for line in done.stdout.splitlines():
+        if line.startswith("[{") or line == "[]":
+            return decoder.raw_decode(done.stdout[done.stdout.index(line) :])[0]
+    raise AssertionError(f"no JSON list in the output of airflow {' '.join(args)}:\n{done.stdout}")
 
 
 def run_dag(dag, **conf: Any) -> RunResult:

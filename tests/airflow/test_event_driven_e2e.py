@@ -8,7 +8,8 @@ test nsqd, with no help from extra ("flush") messages:
   the channel drains; the asset events and DAG runs they took are reported;
 - the triggerer is killed (SIGKILL, its whole process group) while messages are
   pending and restarted: every message still reaches a DAG run (duplicates allowed,
-  losses not).
+  losses not; on Airflow < 3.3, without ack mode, only the messages the killed triggerer
+  had taken may be lost).
 
 ``pytest -s`` shows the figures. Skipped only when Airflow itself cannot start here
 (the metadata DB or the API server), with the reason.
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 
 from .conftest import EXAMPLE_DAGS
 
@@ -434,11 +436,17 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
     counts = Counter(n for _, p, _ in airflow.asset_events() for n in _numbers(p))
     lost = crash_batch - set(counts)
     duplicates = sum(counts[n] - 1 for n in crash_batch)
-    assert not lost
+    if ACK_MODE:
+        assert not lost
+    else:
+        # Airflow < 3.3 FINs an event's message before the event is stored: what the
+        # killed triggerer held that way is lost (docs/compatibility.md); what was
+        # published while it was down never reached it and must all arrive.
+        assert not lost & set(range(1150, 1170)), sorted(lost)
 
     # Every message reached a DAG run, whose results went back to NSQ: once each after
     # de-duplicating on (nsqd, id).
-    every = {900, 901, 902} | burst | singles | crash_batch
+    every = ({900, 901, 902} | burst | singles | crash_batch) - lost
     events = airflow.asset_events()
     by_key = {
         (r["nsqd"], r["id"]): json.loads(r["body"])["n"]

@@ -1,7 +1,9 @@
 """NSQEventTrigger against a real nsqd (embedded, or NSQD_ADDRESS), driven the way the
 Airflow 3.3 triggerer drives it: Airflow's own SharedStreamManager (ack mode), each
 event bound as ``run_trigger`` binds it, and "stored" only when the test confirms it as
-the triggerer's supervisor does after writing the asset event."""
+the triggerer's supervisor does after writing the asset event. On Airflow 3.0-3.2 (no
+shared streams) those tests skip and the ``run()`` path, which those versions use, is
+tested on its own."""
 
 from __future__ import annotations
 
@@ -12,21 +14,25 @@ from typing import Any
 
 import pytest
 from airflow.triggers.base import TriggerEvent
-from airflow.triggers.shared_stream import SharedStreamManager
 
 from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQTLSError, NSQValueError
 from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
+from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 
-from .conftest import read
+from .conftest import needs_airflow, read
 
 CHANNEL = "airflow"
+#: The tests that drive the shared-stream ack mode.
+ack_mode = needs_airflow("3.3", "the shared-stream ack mode (airflow.triggers.shared_stream)")
 
 
 class Triggerer:
     """The triggerer's part for shared-stream triggers, minus the database."""
 
     def __init__(self, ack_timeout: float = 300.0) -> None:
+        from airflow.triggers.shared_stream import SharedStreamManager
+
         self.manager = SharedStreamManager(ack_timeout=ack_timeout)
         self.events: list[tuple[int, TriggerEvent, int | None]] = []
         self.failures: dict[int, BaseException] = {}
@@ -123,6 +129,7 @@ def test_serialize_round_trips_as_json():
     assert type(trigger)(**kwargs).serialize() == trigger.serialize()
 
 
+@ack_mode
 def test_one_subscription_per_connection_topic_and_channel():
     a = _trigger("orders", message_filter="tests.airflow.event_filters.not_spam")
     b = _trigger("orders", max_in_flight=5)
@@ -155,6 +162,7 @@ def test_bad_arguments_are_refused_with_their_name(kwargs, needle):
 # -- ack mode --------------------------------------------------------------------------------
 
 
+@ack_mode
 def test_fin_only_after_the_event_is_stored(nsqd, nsq_default, nsq_topic):
     bodies = [b"one", b"two", b"\xff\x00binary"]
     for body in bodies:
@@ -196,6 +204,7 @@ def test_fin_only_after_the_event_is_stored(nsqd, nsq_default, nsq_topic):
     assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
 
 
+@ack_mode
 def test_an_event_never_stored_is_requeued_and_delivered_again(nsqd, nsq_default, nsq_topic):
     nsqd.http_publish(nsq_topic, b"lost in the database")
 
@@ -215,6 +224,7 @@ def test_an_event_never_stored_is_requeued_and_delivered_again(nsqd, nsq_default
     assert again.attempts >= 2
 
 
+@ack_mode
 def test_messages_waiting_to_be_stored_are_touched_not_redelivered(nsqd, monkeypatch, nsq_topic):
     # A 2 s msg_timeout: the store below takes longer than that.
     monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?msg_timeout_ms=2000")
@@ -236,6 +246,7 @@ def test_messages_waiting_to_be_stored_are_touched_not_redelivered(nsqd, monkeyp
     asyncio.run(scenario())
 
 
+@ack_mode
 def test_rejected_messages_go_to_the_dead_letter_topic(nsqd, nsq_default, nsq_topic):
     dead = f"{nsq_topic[:40]}_dead"
     nsqd.create_channel(dead, "inspect")
@@ -262,6 +273,7 @@ def test_rejected_messages_go_to_the_dead_letter_topic(nsqd, nsq_default, nsq_to
     assert sorted(m.body for m in dead_letters) == [b"spam 1", b"spam 2"]
 
 
+@ack_mode
 def test_rejected_messages_without_a_dead_letter_topic_are_finished(nsqd, nsq_default, nsq_topic):
     for body in (b"spam", b"ham"):
         nsqd.http_publish(nsq_topic, body)
@@ -280,6 +292,7 @@ def test_rejected_messages_without_a_dead_letter_topic_are_finished(nsqd, nsq_de
     asyncio.run(scenario())
 
 
+@ack_mode
 def test_a_filter_that_raises_keeps_the_message(nsqd, nsq_default, nsq_topic):
     nsqd.http_publish(nsq_topic, b"judge me")
 
@@ -294,6 +307,7 @@ def test_a_filter_that_raises_keeps_the_message(nsqd, nsq_default, nsq_topic):
     asyncio.run(scenario())
 
 
+@ack_mode
 def test_a_filter_that_cannot_be_imported_fails_the_trigger_and_keeps_the_message(
     nsqd, nsq_default, nsq_topic
 ):
@@ -316,6 +330,7 @@ def test_a_filter_that_cannot_be_imported_fails_the_trigger_and_keeps_the_messag
     assert not _channel(nsqd, nsq_topic)["clients"]
 
 
+@ack_mode
 def test_two_assets_share_one_subscription_and_both_must_store(nsqd, nsq_default, nsq_topic):
     for body in (b"a", b"b"):
         nsqd.http_publish(nsq_topic, body)
@@ -336,6 +351,7 @@ def test_two_assets_share_one_subscription_and_both_must_store(nsqd, nsq_default
     asyncio.run(scenario())
 
 
+@ack_mode
 def test_stopping_closes_the_subscription_and_requeues_unstored_messages(
     nsqd, nsq_default, nsq_topic
 ):
@@ -353,6 +369,7 @@ def test_stopping_closes_the_subscription_and_requeues_unstored_messages(
     assert (again.body, again.attempts) == (b"in flight at shutdown", 2)
 
 
+@ack_mode
 def test_a_restarted_triggerer_gets_every_unfinished_message(nsqd, nsq_default, nsq_topic):
     for n in range(5):
         nsqd.http_publish(nsq_topic, f"m{n}".encode())
@@ -376,6 +393,7 @@ def test_a_restarted_triggerer_gets_every_unfinished_message(nsqd, nsq_default, 
     assert asyncio.run(second_run()) == [f"m{n}" for n in range(5)]
 
 
+@ack_mode
 def test_a_restarted_nsqd_is_reconnected_and_the_stream_goes_on(nsqd_factory, monkeypatch):
     first = nsqd_factory()
     port, http_port = first.tcp_port, first.http_port
@@ -401,6 +419,7 @@ def test_a_restarted_nsqd_is_reconnected_and_the_stream_goes_on(nsqd_factory, mo
     assert asyncio.run(scenario()) == ["before the restart", "after the restart"]
 
 
+@ack_mode
 def test_max_in_flight_above_nsqds_max_rdy_count_is_capped_there_and_said(
     nsqd_factory, monkeypatch, caplog
 ):
@@ -435,6 +454,23 @@ def test_max_in_flight_above_nsqds_max_rdy_count_is_capped_there_and_said(
 
 
 # -- the pre-3.3 run() path --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(ACK_MODE, reason="Airflow >= 3.3 shares one stream per channel")
+def test_without_ack_mode_each_trigger_reads_on_its_own():
+    # Airflow 3.0-3.2 have no shared streams: None makes the triggerer call run().
+    assert _trigger("orders").shared_stream_key() is None
+
+
+def test_run_fails_at_once_on_a_tls_setting_no_nsqd_accepts(nsqd_factory, monkeypatch):
+    plain = nsqd_factory()
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{plain.tcp_address}?tls=true")
+
+    async def scenario() -> None:
+        await asyncio.wait_for(_trigger("tls_topic").run().__anext__(), 15)
+
+    with pytest.raises(NSQTLSError, match=plain.tcp_address):
+        asyncio.run(scenario())
 
 
 def test_run_fires_one_event_per_message_and_finishes_it(nsqd, nsq_default, nsq_topic):
@@ -473,6 +509,7 @@ def test_run_cancelled_before_the_fin_requeues_the_message(nsqd, nsq_default, ns
     assert again.attempts == 2
 
 
+@ack_mode
 def test_a_tls_setting_no_nsqd_accepts_fails_the_trigger_at_once(nsqd_factory, monkeypatch):
     # An nsqd without TLS and a connection that requires it: waiting cannot help, so the
     # asset's trigger fails with the TLS error instead of retrying in the background.

@@ -15,7 +15,9 @@ from typing import Any
 
 from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
 
-from .test_event_trigger import CHANNEL, Triggerer
+from .test_event_trigger import CHANNEL, Triggerer, ack_mode
+
+pytestmark = ack_mode
 
 #: Short, so a producer that appears is joined within a bounded test.
 POLL_S = 0.5

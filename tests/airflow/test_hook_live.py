@@ -102,3 +102,15 @@ def test_test_connection_with_a_bad_extra_explains_it(monkeypatch):
     ok, message = NSQHook("nsq_bad").test_connection()
     assert not ok
     assert "'tls'" in message and "p4ssw0rd!" not in message
+
+
+def test_the_test_button_finds_the_hook_by_connection_type(nsqd, monkeypatch):
+    # What the API server's /connections/test does with the form's values: export them
+    # under a transient id, then Connection.test_connection() -> get_hook() by conn_type.
+    from airflow.models.connection import Connection
+
+    conn = Connection(conn_id="nsq_button", conn_type="nsq", host=nsqd.host, port=nsqd.tcp_port)
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_BUTTON", conn.get_uri())
+    ok, message = conn.test_connection()
+    assert ok, message
+    assert f"at {nsqd.host}:{nsqd.tcp_port}; tls=off" in message

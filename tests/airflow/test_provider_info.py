@@ -1,5 +1,6 @@
-"""What Airflow itself sees of the provider: ProvidersManager and the ``airflow
-providers`` CLI (the connection form in the UI is built from the same data)."""
+"""What Airflow itself sees of the provider: ProvidersManager, the ``airflow providers``
+CLI and the connection form the UI shows (from provider info on Airflow >= 3.2, from the
+hook's legacy methods before)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,27 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from airflow_provider_nsq.client.address import DEFAULT_NSQD_TCP_PORT
 from airflow_provider_nsq.provider_info import CONN_FIELDS
 
+from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow
+
 HOOK = "airflow_provider_nsq.hooks.nsq.NSQHook"
+
+
+#: What the API server sends the UI for the connection form (/ui/connections/hook_meta),
+#: computed in a fresh process as a starting API server does: before 3.2 the answer
+#: depends on what initialised ProvidersManager first in the process.
+_HOOK_META = """
+import json
+from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
+(meta,) = (m for m in HookMetaService.hook_meta_data() if m.connection_type == "nsq")
+print("HOOK_META " + meta.model_dump_json())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +46,27 @@ def test_provider_is_registered(providers_manager):
     assert info.version
 
 
-def test_nsq_connection_type_maps_to_the_hook():
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+def _task_side_hooks():
+    """What a task resolves a conn_type with: the task SDK's own manager from Airflow 3.2
+    on, ProvidersManager before."""
+    try:
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    except ImportError:  # Airflow < 3.2
+        from airflow.providers_manager import ProvidersManager
 
-    hook_info = ProvidersManagerTaskRuntime().hooks["nsq"]
+        return ProvidersManager().hooks
+    return ProvidersManagerTaskRuntime().hooks
+
+
+def test_nsq_connection_type_maps_to_the_hook():
+    hook_info = _task_side_hooks()["nsq"]
     assert hook_info is not None
     assert hook_info.hook_class_name == HOOK
     assert hook_info.connection_id_attribute_name == "nsq_conn_id"
     assert hook_info.hook_name == "NSQ"
 
 
+@needs_airflow("3.2", "the connection form from provider info (ui-field-behaviour)")
 def test_connection_form_behaviour(providers_manager):
     behaviour = providers_manager.field_behaviours["nsq"]
     assert set(behaviour["hidden_fields"]) == {"login", "schema"}
@@ -49,6 +74,35 @@ def test_connection_form_behaviour(providers_manager):
     assert behaviour["placeholders"]["port"] == str(DEFAULT_NSQD_TCP_PORT)
 
 
+def test_the_ui_shows_the_nsq_connection_form(airflow_home):
+    if AIRFLOW_VERSION.release < (3, 1):
+        # 3.1 stands in for a missing wtforms itself; 3.0 drops the form without it.
+        pytest.importorskip("wtforms", reason="Airflow 3.0 builds connection forms with wtforms")
+    done = subprocess.run(
+        [sys.executable, "-c", _HOOK_META],
+        env={**os.environ, "AIRFLOW_HOME": airflow_home},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (line,) = (x for x in done.stdout.splitlines() if x.startswith("HOOK_META "))
+    meta = json.loads(line.removeprefix("HOOK_META "))
+    assert meta["hook_class_name"] == HOOK
+    standard = meta["standard_fields"]
+    assert standard["login"]["hidden"] and standard["url_schema"]["hidden"]
+    assert standard["password"]["title"] == "AUTH secret"
+    assert standard["port"]["placeholder"] == str(DEFAULT_NSQD_TCP_PORT)
+    extras = meta["extra_fields"]
+    assert extras, done.stderr[-2000:]
+    assert set(extras) == set(CONN_FIELDS)
+    assert extras["tls_verify"]["value"] is True
+    assert extras["tls"]["schema"]["title"] == "TLS"
+    assert extras["compression"]["schema"]["enum"] == ["none", "snappy", "deflate"]
+    assert extras["deflate_level"]["schema"]["type"][0] == "integer"
+
+
+@needs_airflow("3.2", "the connection form from provider info (conn-fields)")
 def test_connection_form_fields(providers_manager):
     widgets = {
         name.removeprefix("extra__nsq__"): widget
@@ -79,29 +133,22 @@ def test_connection_form_fields(providers_manager):
 
 
 def test_airflow_providers_cli_shows_the_provider(airflow_home):
-    env = {**os.environ, "AIRFLOW_HOME": airflow_home}
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    commands = {
-        what: subprocess.Popen(
-            [airflow, "providers", what, "-o", "json"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    commands = ("list", "hooks", "behaviours")
+    with ThreadPoolExecutor(len(commands)) as pool:
+        out = dict(
+            zip(
+                commands,
+                pool.map(lambda what: airflow_cli_json(airflow_home, "providers", what), commands),
+                strict=True,
+            )
         )
-        for what in ("list", "hooks", "behaviours")
-    }
-    out = {}
-    for what, proc in commands.items():
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr
-        out[what] = json.loads(stdout[stdout.index("[") :])
-
     assert any(p["package_name"] == "airflow-provider-nsq" for p in out["list"])
     assert any(h["connection_type"] == "nsq" and h["class"] == HOOK for h in out["hooks"])
-    assert {"field_behaviours": "nsq"} in out["behaviours"]
+    if AIRFLOW_VERSION.release >= (3, 2):  # before, behaviours need wtforms in the CLI too
+        assert {"field_behaviours": "nsq"} in out["behaviours"]
 
 
+@needs_airflow("3.2", "the connection form from provider info (ui-field-behaviour)")
 def test_legacy_hook_form_matches_the_provider_info(providers_manager):
     from airflow_provider_nsq.hooks.nsq import NSQHook
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,20 +11,13 @@ from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.queues.nsq import NSQMessageQueueProvider, parse_queue_uri
 from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
 
+from .conftest import airflow_cli_json
+
 PROVIDER = "airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"
 
 
 def test_airflow_providers_queues_lists_the_nsq_provider(airflow_home):
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    done = subprocess.run(
-        [airflow, "providers", "queues", "-o", "json"],
-        env={**os.environ, "AIRFLOW_HOME": airflow_home},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    queues = json.loads(done.stdout[done.stdout.index("[") :])
+    queues = airflow_cli_json(airflow_home, "providers", "queues")
     assert {"queue_class_names": PROVIDER} in queues
 
 
@@ -91,7 +80,7 @@ def test_uri_and_keyword_arguments_must_agree():
 
 
 def test_without_common_messaging_the_error_says_what_to_install(monkeypatch):
-    from airflow.sdk.exceptions import AirflowOptionalProviderFeatureException
+    from airflow.providers.common.compat.sdk import AirflowOptionalProviderFeatureException
 
     base = "airflow.providers.common.messaging.providers.base_provider"
     monkeypatch.setitem(sys.modules, base, None)  # as if the package were not installed

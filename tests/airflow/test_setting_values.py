@@ -9,8 +9,13 @@ import pytest
 from airflow_provider_nsq.client.setting_values import parse_seconds
 from airflow_provider_nsq.hooks.nsq import NSQConnectionConfigError, NSQHook
 from airflow_provider_nsq.protocol.errors import NSQValueError
-from airflow_provider_nsq.spark.options import NSQOptionError, NSQWriteOptions
 from airflow_provider_nsq.testing.broker.__main__ import build_parser
+
+spark_options = pytest.importorskip(
+    "airflow_provider_nsq.spark.options", reason="needs the spark extra (pyspark)"
+)
+NSQOptionError = spark_options.NSQOptionError
+NSQWriteOptions = spark_options.NSQWriteOptions
 
 
 def _connection(monkeypatch: pytest.MonkeyPatch, query: str) -> NSQHook:

@@ -1,5 +1,6 @@
 """DAGs the Airflow-layer tests run with ``dag.test()``: an NSQSensor (poke or
-deferrable) feeding a downstream task that returns what it received.
+deferrable) feeding a downstream task that returns what it received, and a publish
+operator upstream of one.
 
 Topic and channel come from params, so each test run uses its own topic.
 """
@@ -10,6 +11,7 @@ import datetime
 
 from airflow.sdk import dag, task
 
+from airflow_provider_nsq.operators.nsq import NSQPublishOperator
 from airflow_provider_nsq.sensors.nsq import NSQSensor
 
 
@@ -94,3 +96,39 @@ def _waiting_dag(dag_id: str, *, deferrable: bool):
 
 wait_poke_dag = _waiting_dag("nsq_sensor_wait_poke", deferrable=False)
 wait_deferrable_dag = _waiting_dag("nsq_sensor_wait_deferrable", deferrable=True)
+
+
+@dag(
+    dag_id="nsq_publish_and_wait",
+    schedule=None,
+    start_date=datetime.datetime(2024, 1, 1),
+    catchup=False,
+    params={"topic": "nsq_sensor_test", "channel": "sensor"},
+    default_args={"retries": 0},
+)
+def publish_and_wait_dag():
+    """The README's shape: publish, wait for it on a channel, hand it downstream."""
+    publish = NSQPublishOperator(
+        task_id="publish",
+        topic="{{ params.topic }}",
+        message={"order": "{{ run_id }}"},
+    )
+    messages = NSQSensor(
+        task_id="wait_for_messages",
+        topic="{{ params.topic }}",
+        channel="{{ params.channel }}",
+        min_messages=1,
+        window=datetime.timedelta(seconds=3),
+        poke_interval=0.2,
+        timeout=60,
+    )
+
+    @task
+    def received(records: list[dict]) -> list[dict]:
+        return records
+
+    publish >> messages
+    received(messages.output)
+
+
+publish_and_wait = publish_and_wait_dag()

@@ -1,0 +1,77 @@
+"""``make dist``'s last step: what twine does not check in the sdist and the wheel.
+
+Both must carry LICENSE and NOTICE, be of this checkout's version, and the wheel must hold
+the package, its ``py.typed`` and the entry points Airflow (``apache_airflow_provider``)
+and pytest (``pytest11``) look for. Prints one line per artifact; exit status 1 with the
+reason when something is missing.
+
+    python scripts/check_dist.py dist
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from airflow_provider_nsq import __version__  # noqa: E402
+
+NAME = "airflow_provider_nsq"
+LICENSE_FILES = ("LICENSE", "NOTICE")
+ENTRY_POINTS = (
+    "[apache_airflow_provider]\nprovider_info = airflow_provider_nsq:get_provider_info",
+    "[pytest11]\nnsq = airflow_provider_nsq.testing.pytest_plugin",
+)
+
+
+def check_wheel(path: Path) -> list[str]:
+    with zipfile.ZipFile(path) as whl:
+        names = set(whl.namelist())
+        info = f"{NAME}-{__version__}.dist-info"
+        problems = [
+            f"no {info}/licenses/{name}"
+            for name in LICENSE_FILES
+            if f"{info}/licenses/{name}" not in names
+        ]
+        for needed in (f"{NAME}/__init__.py", f"{NAME}/py.typed", f"{NAME}/hooks/nsq.py"):
+            if needed not in names:
+                problems.append(f"no {needed}")
+        if f"{info}/entry_points.txt" in names:
+            entry_points = whl.read(f"{info}/entry_points.txt").decode()
+            problems += [f"no entry point {e!r}" for e in ENTRY_POINTS if e not in entry_points]
+        else:
+            problems.append(f"no {info}/entry_points.txt")
+    return problems
+
+
+def check_sdist(path: Path) -> list[str]:
+    top = f"{NAME}-{__version__}"
+    with tarfile.open(path) as sdist:
+        names = set(sdist.getnames())
+    needed = [*LICENSE_FILES, "PKG-INFO", "pyproject.toml", f"{NAME}/__init__.py"]
+    return [f"no {name}" for name in needed if f"{top}/{name}" not in names]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dist", type=Path, help="the folder `python -m build` wrote to")
+    args = parser.parse_args()
+    artifacts = {
+        args.dist / f"{NAME}-{__version__}-py3-none-any.whl": check_wheel,
+        args.dist / f"{NAME}-{__version__}.tar.gz": check_sdist,
+    }
+    failed = False
+    for path, check in artifacts.items():
+        problems = check(path) if path.is_file() else ["missing"]
+        failed |= bool(problems)
+        print(f"{path}: {'; '.join(problems) if problems else 'ok (LICENSE, NOTICE)'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
