@@ -150,6 +150,13 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
         "nsqd's --max-req-timeout (3600000); longer DPUB delays are refused before sending.",
         minimum=1,
     ),
+    "nsqadmin_url": _field(
+        "nsqadmin URL",
+        "string",
+        "Base URL of nsqadmin (NSQ's web console), e.g. http://nsqadmin:4171. Tasks then "
+        "link to the page of the topic (and channel) they used.",
+        pattern=r"^https?://[^/?#\s]+",
+    ),
 }
 
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
@@ -163,6 +170,7 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
         "compression": "none",
         "lookupd_http_addresses": "lookupd-1:4161,lookupd-2:4161",
         "nsqd_tcp_addresses": "nsqd-2:4150,nsqd-3:4150",
+        "nsqadmin_url": "http://nsqadmin:4171",
     },
 }
 
@@ -210,6 +218,21 @@ def provider_info() -> dict[str, Any]:
         ],
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).
         "queues": ["airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"],
+        # Links to nsqadmin on the task instance (the connection's nsqadmin_url).
+        "extra-links": [
+            "airflow_provider_nsq.links.NSQAdminTopicLink",
+            "airflow_provider_nsq.links.NSQAdminChannelLink",
+        ],
+        # nsq://host:port/topic: Airflow checks and normalises these assets' URIs, and
+        # the OpenLineage provider names their datasets, through these functions.
+        "asset-uris": [
+            {
+                "schemes": ["nsq"],
+                "handler": "airflow_provider_nsq.assets.sanitize_uri",
+                "factory": "airflow_provider_nsq.assets.create_asset",
+                "to_openlineage_converter": "airflow_provider_nsq.assets.convert_asset_to_openlineage",
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,

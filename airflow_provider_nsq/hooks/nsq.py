@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,13 @@ if TYPE_CHECKING:
 #: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
 #: Extras that configure the hook, not the TCP client.
-_HOOK_ONLY_EXTRAS = ("lookupd_http_addresses", "nsqd_tcp_addresses", "http_port", "https_port")
+_HOOK_ONLY_EXTRAS = (
+    "lookupd_http_addresses",
+    "nsqd_tcp_addresses",
+    "http_port",
+    "https_port",
+    "nsqadmin_url",
+)
 #: Extras that list addresses (a comma-separated string or a list), and each entry's check.
 _ADDRESS_LISTS = {
     "lookupd_http_addresses": parse_lookupd_address,
@@ -89,6 +96,10 @@ def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
         return addresses
     if not isinstance(value, str):
         raise _bad(conn_id, key, f"must be a string, got {type(value).__name__}")
+    pattern = schema.get("pattern")
+    if pattern is not None and not re.search(pattern, value):
+        # The value is not shown: a URL may carry credentials.
+        raise _bad(conn_id, key, f"must match {pattern} ({CONN_FIELDS[key]['description']})")
     if "enum" in CONN_FIELDS[key]["schema"] and value not in CONN_FIELDS[key]["schema"]["enum"]:
         allowed = ", ".join(CONN_FIELDS[key]["schema"]["enum"])
         raise _bad(conn_id, key, f"must be one of {allowed}, got {value!r}")
@@ -221,7 +232,7 @@ class NSQHook(BaseHook):
         info's ``conn-fields``. Plain wtforms fields: the API server reads their label,
         description, default and allowed values (it needs no Flask-AppBuilder widgets)."""
         from wtforms import BooleanField, IntegerField, StringField
-        from wtforms.validators import Optional, any_of
+        from wtforms.validators import Optional, Regexp, any_of
 
         field_classes = {"boolean": BooleanField, "integer": IntegerField}
         widgets: dict[str, Any] = {}
@@ -230,6 +241,8 @@ class NSQHook(BaseHook):
             validators: list[Any] = [Optional()]
             if "enum" in schema:
                 validators.append(any_of(schema["enum"]))
+            if "pattern" in schema:
+                validators.append(Regexp(schema["pattern"], message=spec["description"]))
             field_class = field_classes.get(schema["type"][0], StringField)
             widgets[name] = field_class(
                 spec["label"],
@@ -327,6 +340,12 @@ class NSQHook(BaseHook):
         """The ``https_port`` extra (nsqd's HTTPS API port), or None."""
         self.get_client_config()
         return self._extras.get("https_port")
+
+    @property
+    def nsqadmin_url(self) -> str | None:
+        """The ``nsqadmin_url`` extra (nsqadmin's base URL, for links), or None."""
+        self.get_client_config()
+        return self._extras.get("nsqadmin_url")
 
     # -- nsqd's HTTP API: how many messages wait, without taking any ---------------------
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Sequence
 from functools import partial
 from typing import Any
@@ -57,6 +58,7 @@ from ..client.consumer import (
 )
 from ..client.records import MessageFilter, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
+from ..metrics import emitter
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
@@ -86,6 +88,7 @@ except ImportError:  # pragma: no cover - Airflow 3.0-3.2
     SharedStreamProducer = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
+_METRICS = emitter("triggerer")
 
 #: TOUCH outstanding messages this many times per msg_timeout.
 _TOUCHES_PER_TIMEOUT = 3
@@ -273,11 +276,15 @@ class NSQEventStreamProducer(SharedStreamProducer):
     def _record(self, message: NSQMessage) -> dict[str, Any]:
         return message_record(message, self.topic, self.channel, nsqd=message.nsqd or "")
 
+    def _tags(self) -> dict[str, str]:
+        return {"topic": self.topic, "channel": self.channel}
+
     async def _read(self, timeout: float) -> list[NSQMessage]:
         """The consumer's deliveries within ``timeout`` seconds, held (and TOUCHed) from
         now until they are answered."""
         assert self.consumer is not None
         messages = await self.consumer.read(timeout)
+        _METRICS.incr("nsq.event.received", len(messages), **self._tags())
         connections = self.consumer.connections  # each message's own, at delivery
         for message in messages:
             nsqd = message.nsqd or ""
@@ -334,6 +341,11 @@ class NSQEventStreamProducer(SharedStreamProducer):
         if consumer is None:
             return
         done = not failed and (acked > 0 or rejected > 0)
+        if acked > 0 and batch.messages:
+            # Publish (nsqd's timestamp) to the asset event stored, for the oldest message.
+            oldest_ns = min(m.timestamp for m in batch.messages)
+            _METRICS.timing("nsq.event.delay", time.time() - oldest_ns / 1e9, **self._tags())
+        answered = {"finished": 0, "requeued": 0, "dead_lettered": 0}
         for index, message in enumerate(batch.messages):
             key = (message.nsqd or "", message.id)
             held = self._outstanding.get(key)
@@ -342,11 +354,15 @@ class NSQEventStreamProducer(SharedStreamProducer):
             finish = done
             if done and not batch.accepted(index) and self._dead_letters is not None:
                 finish = await self._dead_letters.publish(message, message.nsqd or "")
+                answered["dead_lettered"] += int(finish)
             if finish:
                 _answer("finish", message, partial(consumer.finish, message))
             else:
                 requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
                 _answer("requeue", message, requeue)
+            answered["finished" if finish else "requeued"] += 1
+        for what, count in answered.items():
+            _METRICS.incr(f"nsq.event.{what}", count, **self._tags())
 
     async def _touch_outstanding(self) -> None:
         while True:
