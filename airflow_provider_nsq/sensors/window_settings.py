@@ -36,13 +36,6 @@ def message_count(name: str, value: object) -> int:
 
 def window_seconds(value: object) -> float:
     """``window`` as float seconds: a number, a ``timedelta`` or a rendered number."""
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise NSQValueError(
-                f"window must be a number of seconds or a timedelta, got {value!r}"
-            ) from None
     return duration_to_seconds(value, "window")
 
 
