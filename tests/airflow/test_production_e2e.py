@@ -300,9 +300,7 @@ def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
     assert 2 <= len(rows) <= 3, rows  # 40 s: windows at 0, 12+ (and 36+) s
     # Every poke but the last was rescheduled after its window; the last one, at or near
     # the timeout, opened one more, or none. One delivery per window.
-    windows = production.statsd.total(
-        "airflow.nsq.sensor.checks.tcp", dag_id="nsq_prod_reschedule"
-    )
+    windows = production.statsd.total("airflow.nsq.sensor.checks.tcp", dag_id="nsq_prod_reschedule")
     assert windows in (len(rows), len(rows) + 1)
     (message,) = _read(nsqd, production.topics["reschedule"], "etl", 1)
     assert message.attempts == windows + 1
