@@ -80,15 +80,20 @@ def create_asset(*, authority: str, topic: str, extra: dict[str, Any] | None = N
     return Asset(uri=asset_uri(authority, topic), extra=extra)
 
 
-def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> OpenLineageDataset:
-    """The OpenLineage dataset of an ``nsq`` asset: namespace ``nsq://host:port``, name
-    the topic."""
+def openlineage_dataset(uri: str) -> OpenLineageDataset:
+    """The OpenLineage dataset of the ``nsq`` asset ``uri``: namespace
+    ``nsq://host:port``, name the topic."""
     from airflow.providers.common.compat.openlineage.facet import Dataset as OpenLineageDataset
 
-    parsed = sanitize_uri(urlsplit(asset.uri))
+    parsed = sanitize_uri(urlsplit(uri))
     return OpenLineageDataset(
         namespace=f"{SCHEME}://{parsed.netloc}", name=parsed.path.removeprefix("/")
     )
+
+
+def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> OpenLineageDataset:
+    """Airflow's converter of ``nsq`` assets to OpenLineage datasets."""
+    return openlineage_dataset(asset.uri)
 
 
 def connection_authority(hook: NSQHook) -> str:

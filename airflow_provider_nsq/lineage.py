@@ -15,16 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .assets import SCHEME, connection_authority
+from .assets import asset_uri, connection_authority, openlineage_dataset
 
 if TYPE_CHECKING:
     from .hooks.nsq import NSQHook
 
 
 def _dataset(hook: NSQHook, topic: str) -> Any:
-    from airflow.providers.common.compat.openlineage.facet import Dataset
-
-    return Dataset(namespace=f"{SCHEME}://{connection_authority(hook)}", name=topic)
+    return openlineage_dataset(asset_uri(connection_authority(hook), topic))
 
 
 def publish_lineage(hook: NSQHook, topic: str) -> Any:

@@ -1,0 +1,40 @@
+"""The provider's metrics: every name under ``nsq.``, and sending one never fails the
+caller. Their docs: tests/docs/test_metrics_doc.py; what reaches StatsD from a real
+Airflow: test_production_e2e.py."""
+
+from __future__ import annotations
+
+import re
+import pytest
+
+from airflow_provider_nsq import metrics
+from airflow_provider_nsq.metrics import METRICS, emitter
+
+
+def test_every_metric_is_under_the_prefix_and_a_valid_stats_name():
+    for name in METRICS:
+        assert name.startswith("nsq."), name
+        assert re.fullmatch(r"[a-z0-9_.]+", name), name
+        assert len(f"airflow.{name}") <= 63, name  # OpenTelemetry's limit on names
+
+
+def test_a_failing_stats_backend_never_fails_the_caller(mocker):
+    stats = mocker.Mock()
+    stats.incr.side_effect = OSError("statsd host unreachable")
+    mocker.patch.object(metrics, "_task_stats", return_value=stats)
+    emitter("task").incr("nsq.publish.pub.messages", 3, topic="t")
+    stats.incr.assert_called_once_with("nsq.publish.pub.messages", 3, tags={"topic": "t"})
+
+
+def test_an_unknown_name_is_a_programming_error():
+    with pytest.raises(KeyError, match="not in metrics.METRICS"):
+        emitter("task").incr("nsq.typo")
+
+
+def test_zero_counts_send_nothing_and_empty_tags_are_dropped(mocker):
+    stats = mocker.Mock()
+    mocker.patch.object(metrics, "_task_stats", return_value=stats)
+    emitter("task").incr("nsq.sensor.window.requeued", 0)
+    stats.incr.assert_not_called()
+    emitter("task").gauge("nsq.sensor.depth", 7, topic="t", dag_id=None, task_id="")
+    stats.gauge.assert_called_once_with("nsq.sensor.depth", 7, tags={"topic": "t"})
