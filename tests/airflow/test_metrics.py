@@ -5,6 +5,7 @@ Airflow: test_production_e2e.py."""
 from __future__ import annotations
 
 import re
+
 import pytest
 
 from airflow_provider_nsq import metrics
@@ -27,7 +28,7 @@ def test_a_failing_stats_backend_never_fails_the_caller(mocker):
 
 
 def test_an_unknown_name_is_a_programming_error():
-    with pytest.raises(KeyError, match="not in metrics.METRICS"):
+    with pytest.raises(KeyError, match=r"not in metrics\.METRICS"):
         emitter("task").incr("nsq.typo")
 
 
