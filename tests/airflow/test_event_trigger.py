@@ -578,6 +578,7 @@ def test_bad_batch_arguments_are_refused_with_their_name(kwargs, needle):
         _batched("orders", **kwargs)
 
 
+@ack_mode
 def test_a_burst_becomes_one_event_finished_only_after_it_is_stored(nsqd, nsq_default, nsq_topic):
     bodies = [f"order {n}".encode() for n in range(30)] + [b"\xff\x00binary"]
     for body in bodies:
@@ -621,6 +622,7 @@ def test_a_burst_becomes_one_event_finished_only_after_it_is_stored(nsqd, nsq_de
     assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
 
 
+@ack_mode
 def test_batches_hold_batch_size_and_wait_min_event_interval_after_a_store(
     nsqd, nsq_default, nsq_topic
 ):
@@ -658,6 +660,7 @@ def test_batches_hold_batch_size_and_wait_min_event_interval_after_a_store(
     assert spacing >= 1.0
 
 
+@ack_mode
 def test_messages_collecting_longer_than_msg_timeout_are_touched(nsqd, monkeypatch, nsq_topic):
     monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", f"nsq://{nsqd.tcp_address}?msg_timeout_ms=2000")
     nsqd.http_publish(nsq_topic, b"early")
@@ -680,6 +683,7 @@ def test_messages_collecting_longer_than_msg_timeout_are_touched(nsqd, monkeypat
     assert [r["body"] for r in payload["messages"]] == ["early", "late"]
 
 
+@ack_mode
 def test_a_batch_never_stored_is_requeued_whole(nsqd, nsq_default, nsq_topic):
     for n in range(3):
         nsqd.http_publish(nsq_topic, f"m{n}".encode())
@@ -697,6 +701,7 @@ def test_a_batch_never_stored_is_requeued_whole(nsqd, nsq_default, nsq_topic):
     assert all(m.attempts >= 2 for m in again)
 
 
+@ack_mode
 def test_a_filter_leaves_rejects_out_of_the_batch_and_they_are_dead_lettered(
     nsqd, nsq_default, nsq_topic
 ):
@@ -731,6 +736,7 @@ def test_a_filter_leaves_rejects_out_of_the_batch_and_they_are_dead_lettered(
     ]
 
 
+@ack_mode
 def test_a_trigger_with_batch_size_1_gets_one_event_per_message_of_a_shared_batch(
     nsqd, nsq_default, nsq_topic
 ):
