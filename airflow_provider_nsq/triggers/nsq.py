@@ -39,6 +39,7 @@ from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
 from ..client.consumer import AsyncNSQConsumer
 from ..client.nsqd_http import ChannelDepth
 from ..hooks.nsq import NSQHook
+from ..metrics import emitter
 from ..protocol.errors import (
     NSQConnectionError,
     NSQError,
@@ -61,6 +62,8 @@ HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
 #: Reconnect backoff after a dropped TCP connection: first and longest wait, seconds.
 _RECONNECT_START_S = 1.0
 _RECONNECT_MAX_S = 30.0
+#: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
+_METRICS = emitter("triggerer")
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -194,6 +197,11 @@ class NSQMessageTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "message": str(exc)})
                 return
             reconnect = _RECONNECT_START_S
+            _METRICS.incr(f"nsq.sensor.checks.{checked_by}", topic=self.topic, channel=self.channel)
+            if checked_by == "http":
+                _METRICS.gauge(
+                    "nsq.sensor.depth", last_ready, topic=self.topic, channel=self.channel
+                )
             if last_ready >= self.min_messages:
                 self.log.info(
                     "%s message(s) ready on %s/%s (%s needed, checked by %s)",

@@ -39,3 +39,25 @@ def test_zero_counts_send_nothing_and_empty_tags_are_dropped(mocker):
     stats.incr.assert_not_called()
     emitter("task").gauge("nsq.sensor.depth", 7, topic="t", dag_id=None, task_id="")
     stats.gauge.assert_called_once_with("nsq.sensor.depth", 7, tags={"topic": "t"})
+
+
+def test_a_deferred_sensors_checks_count_as_the_sensors(mocker, nsqd, nsq_default, nsq_topic):
+    import asyncio
+
+    from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
+
+    stats = mocker.Mock()
+    mocker.patch.object(metrics, "_triggerer_stats", return_value=stats)
+    nsqd.create_channel(nsq_topic, "etl")
+    nsqd.http_publish(nsq_topic, b"x")
+
+    async def first_event():
+        trigger = NSQMessageTrigger(topic=nsq_topic, channel="etl", min_messages=1)
+        async for event in trigger.run():
+            return event
+
+    event = asyncio.run(asyncio.wait_for(first_event(), 10))
+    assert event.payload["status"] == "ready"
+    tags = {"topic": nsq_topic, "channel": "etl"}
+    stats.incr.assert_called_once_with("nsq.sensor.checks.http", 1, tags=tags)
+    stats.gauge.assert_called_once_with("nsq.sensor.depth", 1, tags=tags)
