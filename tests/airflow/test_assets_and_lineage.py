@@ -26,6 +26,20 @@ def nsqd_conn(monkeypatch) -> str:
     return "nsq_single"
 
 
+def test_the_scheme_is_registered_with_airflow():
+    from airflow_provider_nsq import assets
+
+    try:  # Airflow >= 3.2: the task SDK's own manager
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime as Manager
+    except ImportError:
+        from airflow.providers_manager import ProvidersManager as Manager
+
+    manager = Manager()
+    assert manager.asset_uri_handlers["nsq"] is assets.sanitize_uri
+    assert manager.asset_factories["nsq"] is assets.create_asset
+    assert manager.asset_to_openlineage_converters["nsq"] is assets.convert_asset_to_openlineage
+
+
 def test_airflow_normalises_nsq_asset_uris_with_the_providers_handler():
     from airflow.sdk import Asset
 

@@ -103,3 +103,13 @@ def test_a_task_of_an_event_driven_dag_links_to_the_watched_channel(admin_conn, 
     process = event_dag.get_task("process")
     assert [link.name for link in process.operator_extra_links] == ["nsqadmin: channel"]
     assert NSQAdminChannelLink().get_link(process, ti_key=None) == f"{ADMIN}/topics/orders/airflow"
+
+
+def test_the_links_are_registered_with_airflow():
+    from airflow.providers_manager import ProvidersManager
+
+    names = ProvidersManager().extra_links_class_names
+    assert {
+        "airflow_provider_nsq.links.NSQAdminTopicLink",
+        "airflow_provider_nsq.links.NSQAdminChannelLink",
+    } <= set(names)
