@@ -53,7 +53,7 @@ DAG_IDS = (
     "nsq_prod_reschedule",
     "nsq_prod_events",
 )
-RESCHEDULE_TIMEOUT_S = 40
+RESCHEDULE_TIMEOUT_S = 50
 EVENT_MESSAGES = 5
 #: Where the browser check saves its screenshot (for people; the test asserts the page).
 SCREENSHOT_DIR = os.environ.get("NSQ_SCREENSHOT_DIR")
@@ -280,7 +280,12 @@ def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
         "SELECT state FROM task_instance WHERE dag_id = 'nsq_prod_reschedule' AND run_id = ?",
         run_id,
     )[0]
-    assert state == "skipped"  # soft_fail: the timeout passed with too few messages
+    # soft_fail: the timeout passed with too few messages
+    assert state == "skipped", "\n".join(
+        line
+        for line in (airflow.root / "scheduler.log").read_text(errors="replace").splitlines()
+        if "nsq_prod_reschedule" in line and ("state" in line or "Marking" in line)
+    )[-3000:]
     rows = airflow.query(
         "SELECT r.start_date, r.end_date, r.reschedule_date FROM task_reschedule r "
         "JOIN task_instance ti ON ti.id = r.ti_id "
@@ -292,12 +297,12 @@ def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
     wakes = [utc_timestamp(r[2]) for r in rows]
     deadline = starts[0] + RESCHEDULE_TIMEOUT_S
     # Each reschedule (one per poke, each poke one short window) waits for the next
-    # window: 12 s, 24 s ... after it (poke_interval=3, window=1), or until the timeout;
-    # with poke_interval alone it would be 3 s each.
+    # window: 20 s, 40 s ... after it (poke_interval=5, window=1), or until the timeout;
+    # with poke_interval alone it would be 5 s each.
     for n, (end, wake) in enumerate(zip(ends, wakes, strict=True), start=1):
-        expected = min(tcp_pause(n, 3, 1), deadline + 1 - end)
+        expected = min(tcp_pause(n, 5, 1), deadline + 1 - end)
         assert wake - end == pytest.approx(expected, abs=2.5), (n, wake - end, expected)
-    assert 2 <= len(rows) <= 3, rows  # 40 s: windows at 0, 12+ (and 36+) s
+    assert 1 <= len(rows) <= 2, rows  # 50 s: windows at 0 and 20+ s
     # Every poke but the last was rescheduled after its window; the last one, at or near
     # the timeout, opened one more, or none. One delivery per window.
     windows = production.statsd.total("airflow.nsq.sensor.checks.tcp", dag_id="nsq_prod_reschedule")

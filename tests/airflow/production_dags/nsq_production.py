@@ -91,9 +91,10 @@ def reschedule():
         mode="reschedule",
         min_messages=2,
         window=1,
-        # Pauses of 12 s, 24 s ...: longer than the ~5 s LocalExecutor takes to report
-        # a finished poke (a reschedule due sooner races it, and Airflow fails the task).
-        poke_interval=3,
+        # Pauses of 20 s, 40 s ...: well beyond the ~5 s (more under load) LocalExecutor
+        # takes to report a finished poke; a reschedule due sooner races that report,
+        # and Airflow fails the task ("task instance's state attribute is running").
+        poke_interval=5,
         timeout=RESCHEDULE_TIMEOUT_S,
         soft_fail=True,
     )
