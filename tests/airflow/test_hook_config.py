@@ -152,7 +152,7 @@ def test_defaults_and_legacy_prefixed_or_blank_extras(monkeypatch):
     ("key", "value"),
     [
         ("tls", "yes"),
-        ("tls_verify", 1),
+        ("tls_verify", 2),
         ("deflate_level", "six"),
         ("deflate_level", 12),
         ("compression", "gzip"),
