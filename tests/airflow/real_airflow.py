@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -111,6 +112,7 @@ class RealAirflow:
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[Any] = []
+        self._token: str | None = None
 
     @property
     def url(self) -> str:
@@ -162,23 +164,34 @@ class RealAirflow:
     def api_healthy(self) -> bool:
         self.check_alive()
         try:
-            self.api("GET", "/api/v2/monitor/health")
+            self._request("GET", "/api/v2/monitor/health", None, {})
         except OSError:
             return False
         return True
 
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        """A JSON request to the API server (authorised as the deployment allows)."""
+    def _request(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             f"{self.url}{path}",
             data=data,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", **headers},
         )
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(request, timeout=30) as response:
             return json.loads(response.read() or b"null")
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """A JSON request to the API server, with the token the simple auth manager hands
+        out when ``[core] simple_auth_manager_all_admins`` is on (Airflow 3.1 does not
+        add it to requests itself, as 3.0 and 3.3 do)."""
+        if self._token is None:
+            try:
+                self._token = self._request("GET", "/auth/token", None, {})["access_token"]
+            except (urllib.error.HTTPError, KeyError, TypeError):
+                self._token = ""  # not that auth manager: ask without
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        return self._request(method, path, body, headers)
 
     def kill(self, name: str) -> None:
         """SIGKILL the component and everything it started (its process group)."""
