@@ -3,7 +3,7 @@
 Used through ``MessageQueueTrigger(scheme="nsq", ...)`` in an ``AssetWatcher`` (see
 :mod:`airflow_provider_nsq.queues.nsq`) or directly. Every message taken off the channel
 becomes one ``TriggerEvent`` whose payload is the message's JSON-safe record
-(:func:`~airflow_provider_nsq.client.records.message_record` plus ``nsqd``).
+(:func:`~airflow_provider_nsq.client.records.message_record`).
 
 On Airflow >= 3.3 the trigger runs in the triggerer's shared-stream **ack mode**
 (``airflow/triggers/shared_stream.py``): all triggers on one (connection, topic, channel)
@@ -39,13 +39,13 @@ from typing import Any, NamedTuple
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
+from ..client import AsyncNSQConnection, AsyncNSQConsumer, ClientConfig, NSQMessage
+from ..client.backoff import Backoff
 from ..client.consumer import (
     DEFAULT_LOOKUPD_POLL_INTERVAL_S,
     RECONNECT_MAX_S,
     RECONNECT_START_S,
     UNREACHABLE,
-    AsyncNSQConsumer,
 )
 from ..client.records import MessageFilter, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
@@ -72,8 +72,6 @@ log = logging.getLogger(__name__)
 #: How long one read waits for deliveries before looping (heartbeats keep the link alive;
 #: the consumer re-polls nsqlookupd and reconnects inside the read).
 _READ_WAIT_S = 30.0
-#: TOUCH outstanding messages this many times per msg_timeout.
-_TOUCHES_PER_TIMEOUT = 3
 
 DEFAULT_MAX_IN_FLIGHT = 100
 DEFAULT_REQUEUE_DELAY_MS = 5_000
@@ -98,7 +96,7 @@ async def _start_consumer(
     """
     await hook.aget_client_config()  # consumer_options() then reads the cached settings
     options = hook.consumer_options()
-    backoff = RECONNECT_START_S
+    backoff = Backoff(RECONNECT_START_S, RECONNECT_MAX_S)
     while True:
         consumer = AsyncNSQConsumer(
             topic, channel, lookupd_poll_interval=lookupd_poll_interval, **options
@@ -110,14 +108,22 @@ async def _start_consumer(
             raise  # every nsqd refused the TLS handshake: retrying will not fix it
         except UNREACHABLE as exc:
             await consumer.close()
-            log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, RECONNECT_MAX_S)
+            wait = backoff.next()
+            log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, wait)
+            await asyncio.sleep(wait)
             continue
         except BaseException:
             await consumer.close()  # also on cancellation
             raise
         break
+    _report_start(consumer, max_in_flight, options["lookupd_http_addresses"])
+    return consumer
+
+
+def _report_start(consumer: AsyncNSQConsumer, max_in_flight: int, lookupds: list[str]) -> None:
+    """Log where a started consumer reads from, and warn when the nsqds cannot hold
+    ``max_in_flight``."""
+    topic, channel = consumer.topic, consumer.channel
     connections = consumer.connections
     capacity = sum(c.max_rdy_count for c in connections.values())
     if connections and max_in_flight > capacity:
@@ -137,13 +143,10 @@ async def _start_consumer(
         "Reading %s/%s from %s (max in flight %s): %s",
         topic,
         channel,
-        f"nsqlookupd {', '.join(options['lookupd_http_addresses'])}"
-        if options["lookupd_http_addresses"]
-        else "the connection's nsqd(s)",
+        f"nsqlookupd {', '.join(lookupds)}" if lookupds else "the connection's nsqd(s)",
         max_in_flight,
         ", ".join(connections) or "no nsqd has the topic yet",
     )
-    return consumer
 
 
 class _Delivery(NamedTuple):
@@ -207,80 +210,55 @@ def _answer(what: str, delivery: _Delivery, respond: Callable[[], None]) -> None
         )
 
 
-class NSQEventStreamProducer(SharedStreamProducer):
-    """The broker side of one shared NSQ stream in ack mode (Airflow >= 3.3).
+class _Stream:
+    """One subscription as :class:`NSQEventTrigger` describes it, however Airflow runs it
+    (the shared stream of ack mode, or the trigger's own ``run``): it opens the consumer,
+    reads each message as its record and delivery, and settles each one by the same
+    rule."""
 
-    Owns the subscription for one (connection, topic, channel): one
-    :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` over every nsqd of
-    the connection (discovered through nsqlookupd when the connection names any), with
-    one ``max_in_flight`` budget split across them. Yields one raw event (the message's
-    record) per message; answers nsqd only in :meth:`advance`, after Airflow stored every
-    event derived from it, on the nsqd that delivered it. Meanwhile it TOUCHes
-    outstanding messages a few times per msg_timeout, so a slow store does not make nsqd
-    redeliver them.
-
-    Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
-    and ignored here).
-    """
-
-    def __init__(
-        self,
-        *,
-        topic: str,
-        channel: str,
-        nsq_conn_id: str = NSQHook.default_conn_name,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        requeue_delay: int = DEFAULT_REQUEUE_DELAY_MS,
-        dead_letter_topic: str | None = None,
-        lookupd_poll_interval: float = DEFAULT_LOOKUPD_POLL_INTERVAL_S,
-        **_: Any,
-    ) -> None:
-        self.topic = topic
-        self.channel = channel
-        self.nsq_conn_id = nsq_conn_id
-        self.max_in_flight = max_in_flight
-        self.requeue_delay_ms = requeue_delay
-        self.dead_letter_topic = dead_letter_topic
-        self.lookupd_poll_interval = lookupd_poll_interval
+    def __init__(self, trigger: NSQEventTrigger) -> None:
+        self.trigger = trigger
         self.consumer: AsyncNSQConsumer | None = None
-        # Handed out, not yet answered: the message and the connection it came on (to
-        # stop touching it once that connection is gone).
-        self._outstanding: dict[tuple[str, str], tuple[NSQMessage, AsyncNSQConnection | None]] = {}
         self._dead_letters: _DeadLetters | None = None
-        self._toucher: asyncio.Task[None] | None = None
 
-    async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], _Delivery]]:
-        hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
+    async def open(self) -> AsyncNSQConsumer:
+        """Start the consumer (waiting while no nsqd can be reached); raises what
+        waiting cannot fix."""
+        trigger = self.trigger
+        hook = NSQHook(nsq_conn_id=trigger.nsq_conn_id)
         config = await hook.aget_client_config()
-        check_delay_ms(self.requeue_delay_ms, config.max_req_timeout_ms, what="requeue_delay")
-        if self.dead_letter_topic:
-            self._dead_letters = _DeadLetters(config, self.dead_letter_topic)
-        consumer = self.consumer = await _start_consumer(
-            hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
+        check_delay_ms(trigger.requeue_delay, config.max_req_timeout_ms, what="requeue_delay")
+        if trigger.dead_letter_topic:
+            self._dead_letters = _DeadLetters(config, trigger.dead_letter_topic)
+        self.consumer = await _start_consumer(
+            hook,
+            trigger.topic,
+            trigger.channel,
+            trigger.max_in_flight,
+            trigger.lookupd_poll_interval,
         )
-        self._toucher = asyncio.create_task(self._touch_outstanding())
+        return self.consumer
+
+    async def deliveries(self) -> AsyncIterator[tuple[dict[str, Any], _Delivery]]:
+        """Every message, as it comes: its record (the event payload) and delivery."""
+        consumer = self.consumer
+        assert consumer is not None, "open() first"
+        topic, channel = self.trigger.topic, self.trigger.channel
         while True:
-            messages = await consumer.read(_READ_WAIT_S)
-            connections = consumer.connections  # each message's own, at delivery
-            for message in messages:
-                nsqd = message.nsqd or ""
-                key = (nsqd, message.id)
-                self._outstanding[key] = (message, connections.get(nsqd))
-                record = message_record(message, self.topic, self.channel, nsqd=nsqd)
-                yield record, _Delivery(nsqd, message)
+            for message in await consumer.read(_READ_WAIT_S):
+                record = message_record(message, topic, channel)
+                yield record, _Delivery(record["nsqd"], message)
 
-    def get_advance_lane(self, broker_payload: _Delivery) -> Hashable:
-        # FIN is per message (no cumulative offset): one lane each, so a message still
-        # waiting for a slow subscriber never holds back the FIN of later ones.
-        return (broker_payload.nsqd, broker_payload.message.id)
+    async def settle(
+        self, delivery: _Delivery, *, stored: bool, rejected: bool, failed: bool = False
+    ) -> None:
+        """Answer nsqd for one message once its fate is known, on the nsqd that
+        delivered it:
 
-    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
-        """Answer nsqd for each resolved message, on the nsqd that delivered it.
-
-        - a subscriber failed (ack timeout, overflow), or no subscriber was online: REQ
-          after ``requeue_delay``, so it comes back;
-        - at least one subscriber stored an event for it: FIN;
-        - every subscriber rejected it: publish it to ``dead_letter_topic`` (when set),
+        - ``failed`` (a subscriber failed: ack timeout, overflow), or neither stored nor
+          rejected (nobody took it): REQ after ``requeue_delay``, so it comes back;
+        - ``stored`` (an event for it is stored): FIN;
+        - ``rejected`` by every filter: publish it to ``dead_letter_topic`` (when set),
           then FIN; if that publish fails, REQ instead.
 
         Never raises: a FIN/REQ that cannot be sent (connection gone) leaves the message
@@ -289,41 +267,76 @@ class NSQEventStreamProducer(SharedStreamProducer):
         consumer = self.consumer
         if consumer is None:
             return
-        for item in batch:
-            delivery: _Delivery = item.broker_payload
-            message = delivery.message
-            outcome = item.outcome
-            key = (delivery.nsqd, message.id)
-            held = self._outstanding.get(key)
-            if held is not None and held[0] is message:  # not a later redelivery
-                del self._outstanding[key]
-            # Done with it: nobody failed, and somebody stored or rejected it.
-            done = not outcome.failed and (outcome.acked > 0 or outcome.rejected > 0)
-            if done and not outcome.acked and self._dead_letters is not None:
-                done = await self._dead_letters.publish(message, delivery.nsqd)
-            if done:
-                _answer("finish", delivery, partial(consumer.finish, message))
-            else:
-                requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
-                _answer("requeue", delivery, requeue)
+        message = delivery.message
+        done = not failed and (stored or rejected)
+        if done and not stored and self._dead_letters is not None:
+            done = await self._dead_letters.publish(message, delivery.nsqd)
+        if done:
+            _answer("finish", delivery, partial(consumer.finish, message))
+        else:
+            delay_ms = self.trigger.requeue_delay
+            _answer("requeue", delivery, partial(consumer.requeue, message, delay_ms=delay_ms))
 
-    async def _touch_outstanding(self) -> None:
-        while True:
-            consumer = self.consumer
-            if consumer is None:
-                return
-            await asyncio.sleep(max(consumer.msg_timeout_ms / 1000 / _TOUCHES_PER_TIMEOUT, 0.2))
-            live = {id(c) for c in consumer.connections.values()}
-            for key, (message, conn) in list(self._outstanding.items()):
-                if message.responded or id(conn) not in live:
-                    # Answered, or its connection is gone (nsqd redelivers it after
-                    # msg_timeout): nothing left to touch.
-                    del self._outstanding[key]
-            if self._outstanding:
-                try:
-                    consumer.touch(*(m for m, _ in self._outstanding.values()))
-                except NSQError as exc:
-                    log.debug("TOUCH failed (%s): nsqd redelivers after msg_timeout", exc)
+    async def keep_held_alive(self) -> None:
+        """TOUCH what the stream holds while Airflow stores its events, as the consumer
+        core decides (``touch_held()``), until cancelled."""
+        while self.consumer is not None:
+            _, next_in = self.consumer.touch_held()
+            await asyncio.sleep(next_in)
+
+    async def close(self) -> None:
+        """RDY 0, CLS, REQ every unanswered message (redelivered at once), close."""
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.close()
+        dead_letters, self._dead_letters = self._dead_letters, None
+        if dead_letters is not None:
+            await dead_letters.close()
+
+
+class NSQEventStreamProducer(SharedStreamProducer):
+    """The broker side of one shared NSQ stream in ack mode (Airflow >= 3.3).
+
+    Owns the subscription for one (connection, topic, channel): one
+    :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` over every nsqd of
+    the connection (discovered through nsqlookupd when the connection names any), with
+    one ``max_in_flight`` budget split across them. Yields one raw event (the message's
+    record) per message; answers nsqd only in :meth:`advance`, after Airflow stored every
+    event derived from it, on the nsqd that delivered it. Meanwhile the consumer core
+    TOUCHes the messages still unanswered (``touch_held()``), so a slow store does not
+    make nsqd redeliver them.
+
+    Keyword arguments are :class:`NSQEventTrigger`'s, as it serializes them
+    (``message_filter`` is per trigger and not used here).
+    """
+
+    def __init__(self, **trigger_kwargs: Any) -> None:
+        self._stream = _Stream(NSQEventTrigger(**trigger_kwargs))
+        self._toucher: asyncio.Task[None] | None = None
+
+    async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], _Delivery]]:
+        await self._stream.open()
+        self._toucher = asyncio.create_task(self._stream.keep_held_alive())
+        async for raw_event in self._stream.deliveries():
+            yield raw_event
+
+    def get_advance_lane(self, broker_payload: _Delivery) -> Hashable:
+        # FIN is per message (no cumulative offset): one lane each, so a message still
+        # waiting for a slow subscriber never holds back the FIN of later ones.
+        return (broker_payload.nsqd, broker_payload.message.id)
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        """Answer nsqd for each resolved message (see :meth:`_Stream.settle`): FIN once a
+        subscriber stored an event for it, dead-letter then FIN when every subscriber
+        rejected it, REQ when one failed or none was online. Never raises."""
+        for item in batch:
+            outcome = item.outcome
+            await self._stream.settle(
+                item.broker_payload,
+                stored=outcome.acked > 0,
+                rejected=outcome.rejected > 0,
+                failed=bool(outcome.failed),
+            )
 
     async def aclose(self) -> None:
         """Stop touching; REQ what is still unanswered (redelivered at once); close."""
@@ -334,13 +347,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
                 await toucher
             except asyncio.CancelledError:
                 pass
-        consumer, self.consumer = self.consumer, None
-        if consumer is not None:
-            await consumer.close()  # RDY 0, CLS, REQ every unanswered message, close
-        dead_letters, self._dead_letters = self._dead_letters, None
-        if dead_letters is not None:
-            await dead_letters.close()
-        self._outstanding.clear()
+        await self._stream.close()
 
 
 class NSQEventTrigger(BaseEventTrigger):
@@ -399,11 +406,13 @@ class NSQEventTrigger(BaseEventTrigger):
         super().__init__()
         validate_topic_name(topic)
         validate_channel_name(channel)
+        self.topic, self.channel, self.nsq_conn_id = topic, channel, nsq_conn_id
         if message_filter is not None and not isinstance(message_filter, str):
             raise NSQValueError(
                 "message_filter must be a dotted path (module.function) so the trigger can "
                 f"be serialised, got {message_filter!r}"
             )
+        self.message_filter = message_filter
         if (
             isinstance(max_in_flight, bool)
             or not isinstance(max_in_flight, int)
@@ -412,6 +421,8 @@ class NSQEventTrigger(BaseEventTrigger):
             raise NSQValueError(
                 f"max_in_flight must be an int 1-{DEFAULT_MAX_RDY_COUNT}, got {max_in_flight!r}"
             )
+        self.max_in_flight = max_in_flight
+        self.requeue_delay = delay_to_ms(requeue_delay, "requeue_delay")
         if dead_letter_topic is not None:
             validate_topic_name(dead_letter_topic)
             if dead_letter_topic == topic:
@@ -419,31 +430,18 @@ class NSQEventTrigger(BaseEventTrigger):
                     f"dead_letter_topic must differ from topic ({topic!r}): rejected "
                     "messages would come straight back"
                 )
-        self.topic = topic
-        self.channel = channel
-        self.nsq_conn_id = nsq_conn_id
-        self.message_filter = message_filter
-        self.max_in_flight = max_in_flight
-        self.requeue_delay = delay_to_ms(requeue_delay, "requeue_delay")
         self.dead_letter_topic = dead_letter_topic
         self.lookupd_poll_interval = duration_to_seconds(
             lookupd_poll_interval, "lookupd_poll_interval"
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topic": self.topic,
-                "channel": self.channel,
-                "nsq_conn_id": self.nsq_conn_id,
-                "message_filter": self.message_filter,
-                "max_in_flight": self.max_in_flight,
-                "requeue_delay": self.requeue_delay,
-                "dead_letter_topic": self.dead_letter_topic,
-                "lookupd_poll_interval": self.lookupd_poll_interval,
-            },
-        )
+        # The keyword arguments are the attributes of the same names (normalised: the
+        # delay in ms, the poll interval in seconds).
+        first = ("topic", "channel", "nsq_conn_id", "message_filter", "max_in_flight")
+        names = (*first, "requeue_delay", "dead_letter_topic", "lookupd_poll_interval")
+        kwargs = {name: getattr(self, name) for name in names}
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     # -- the user's filter -------------------------------------------------------------
 
@@ -495,37 +493,15 @@ class NSQEventTrigger(BaseEventTrigger):
         """The pre-3.3 path (also what a direct ``run()`` does): FIN each message right
         after its event is yielded, which is before the triggerer stored it."""
         keep = self._load_filter()
-        hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
-        config = await hook.aget_client_config()
-        check_delay_ms(self.requeue_delay, config.max_req_timeout_ms, what="requeue_delay")
-        dead_letters = (
-            _DeadLetters(config, self.dead_letter_topic) if self.dead_letter_topic else None
-        )
-        consumer: AsyncNSQConsumer | None = None
+        stream = _Stream(self)
         try:
-            consumer = await _start_consumer(
-                hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
-            )
-            while True:
-                for message in await consumer.read(_READ_WAIT_S):
-                    nsqd = message.nsqd or ""
-                    record = message_record(message, self.topic, self.channel, nsqd=nsqd)
-                    delivery = _Delivery(nsqd, message)
-                    finish = partial(consumer.finish, message)
-                    if not self._accepts(keep, record):
-                        if dead_letters is None or await dead_letters.publish(message, nsqd):
-                            _answer("finish", delivery, finish)
-                        else:
-                            requeue = partial(
-                                consumer.requeue, message, delay_ms=self.requeue_delay
-                            )
-                            _answer("requeue", delivery, requeue)
-                        continue
-                    yield TriggerEvent(record)
-                    _answer("finish", delivery, finish)
+            await stream.open()
+            async for record, delivery in stream.deliveries():
+                if not self._accepts(keep, record):
+                    await stream.settle(delivery, stored=False, rejected=True)
+                    continue
+                yield TriggerEvent(record)
+                await stream.settle(delivery, stored=True, rejected=False)
         finally:
             # Also on cancellation: RDY 0, CLS, REQ what was taken and not answered.
-            if consumer is not None:
-                await consumer.close()
-            if dead_letters is not None:
-                await dead_letters.close()
+            await stream.close()
