@@ -235,6 +235,7 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
 
     def _messages_arrived(self) -> None:
         self._message_event.set()
+        super()._messages_arrived()
 
     def _fail(self, error: NSQError) -> None:
         super()._fail(error)

@@ -45,8 +45,9 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from ...protocol.constants import DEFAULT_MSG_TIMEOUT_MS
@@ -210,22 +211,24 @@ def _check_budget(value: object, what: str) -> int:
     return value
 
 
+_CONNECTION = attrgetter("connection")
+
+
 def _alive(conn: Any) -> bool:
     return conn is not None and conn.alive
 
 
-def by_connection(messages: Iterable[NSQMessage]) -> list[tuple[Any, list[NSQMessage]]]:
+def by_connection(messages: Sequence[NSQMessage]) -> list[tuple[Any, list[NSQMessage]]]:
     """``messages`` grouped by the connection that delivered them, in order, leaving out
     (with a warning) those whose connection is gone: nsqd redelivers them after its
     msg_timeout, and no other connection may answer them."""
-    groups: dict[Any, list[NSQMessage]] = {}
-    for m in messages:
-        conn = m.connection
-        group = groups.get(conn)
-        if group is None:
-            groups[conn] = [m]
-        else:
-            group.append(m)
+    conns = set(map(_CONNECTION, messages))  # one pass in C: usually a single connection
+    if len(conns) == 1:
+        groups = {conns.pop(): list(messages)}
+    else:
+        groups = {conn: [] for conn in conns}
+        for m in messages:
+            groups[m.connection].append(m)
     lost = sum(len(ms) for conn, ms in groups.items() if not _alive(conn))
     if lost:
         log.warning(
@@ -301,6 +304,7 @@ class ConsumerCore(Generic[Conn]):
         self._buffer: list[NSQMessage] = []  # delivered, not yet returned by read()
         self._held: deque[_Held] = deque()  # delivered, maybe unanswered: the ledger
         self._held_count = 0  # messages listed in the ledger (answered ones included)
+        self._lost = 0  # connections that broke (their messages can never be answered)
         self._budget = 0
         self._started = False  # start() or consume() ran
         self._streaming = False
@@ -775,6 +779,7 @@ class ConsumerCore(Generic[Conn]):
             )
             del self._slots[key]
             self._slots_changed()
+            self._lost += 1
             conn.abort()
             self._forget(conn)
             if key not in self._retry:
@@ -903,7 +908,10 @@ class ConsumerCore(Generic[Conn]):
 
     def _end_window(self, window: Window, stragglers: list[NSQMessage]) -> list[NSQMessage]:
         """After CLS: drop what came on a connection that broke, settle the rest."""
-        got = [m for m in window.got if _alive(m.connection)]
+        got = window.got
+        if self._lost:  # else every message came on a live connection: no need to look
+            got = [m for m in got if _alive(m.connection)]
+            stragglers = [m for m in stragglers if _alive(m.connection)]
         if len(got) != len(window.got):
             log.warning(
                 "%s message(s) of the window came on a connection that broke: nsqd "
@@ -911,12 +919,7 @@ class ConsumerCore(Generic[Conn]):
                 len(window.got) - len(got),
             )
         return settle_window(
-            self,
-            got,
-            [m for m in stragglers if _alive(m.connection)],
-            window.max_messages,
-            window.ack,
-            window.requeue_delay_ms,
+            self, got, stragglers, window.max_messages, window.ack, window.requeue_delay_ms
         )
 
     def _read_ready(self) -> list[NSQMessage]:
@@ -943,7 +946,8 @@ class ConsumerCore(Generic[Conn]):
         """REQ everything delivered and unanswered, on every live connection."""
         self._buffer = []
         self._collect()
-        held = [m for h in self._held for m in h.messages if not m.responded]
+        unanswered = self.in_flight()
+        held = [m for h in self._held for m in h.messages if not m.responded] if unanswered else []
         self._held.clear()
         self._held_count = 0
         for conn, group in by_connection(held):
