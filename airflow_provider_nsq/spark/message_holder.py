@@ -325,7 +325,7 @@ class MessageHolder:
         held = 0
         try:
             held = consumer.in_flight()  # what close() REQs: held, prefetched, unread
-            consumer.close()  # RDY 0 and CLS first, so nsqd does not hand them back
+            consumer.close()  # CLS first (RDY 0), so nsqd does not hand them back
             self.requeued = held
         except (NSQError, OSError) as exc:
             log.warning(

@@ -285,7 +285,7 @@ class _Stream:
             await asyncio.sleep(next_in)
 
     async def close(self) -> None:
-        """RDY 0, CLS, REQ every unanswered message (redelivered at once), close."""
+        """CLS (RDY 0), REQ every unanswered message (redelivered at once), close."""
         consumer, self.consumer = self.consumer, None
         if consumer is not None:
             await consumer.close()
@@ -503,5 +503,5 @@ class NSQEventTrigger(BaseEventTrigger):
                 yield TriggerEvent(record)
                 await stream.settle(delivery, stored=True, rejected=False)
         finally:
-            # Also on cancellation: RDY 0, CLS, REQ what was taken and not answered.
+            # Also on cancellation: CLS (RDY 0), REQ what was taken and not answered.
             await stream.close()

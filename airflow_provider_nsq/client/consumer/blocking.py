@@ -72,7 +72,7 @@ class NSQConsumer(ConsumerCore[NSQConnection]):
         return self
 
     def close(self) -> None:
-        """RDY 0, CLS, REQ everything delivered and unanswered, close every connection.
+        """CLS (RDY 0), REQ everything delivered and unanswered, close every connection.
         Idempotent."""
         try:
             self._run(self.close_steps())

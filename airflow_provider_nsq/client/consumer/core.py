@@ -15,8 +15,8 @@ What it guarantees:
 - FIN, REQ and TOUCH always go on the connection that delivered the message
   (:attr:`~..message.NSQMessage.connection`; ``message.nsqd`` is its address);
 - at-least-once: the core never FINs anything on its own. ``close()`` REQs whatever it
-  delivered and nobody answered (after ``RDY 0``, so nsqd does not hand it straight
-  back). A connection that breaks takes its unanswered messages with it: nsqd
+  delivered and nobody answered (after ``CLS``, which stops delivery, so nsqd does not
+  hand it straight back). A connection that breaks takes its unanswered messages with it: nsqd
   redelivers them after its msg_timeout; they are never handed out from a dead
   connection;
 - messages held longer than nsqd's msg_timeout stay in flight when the holder calls
@@ -491,8 +491,9 @@ class ConsumerCore(Generic[Conn]):
         self._set_budget(_check_budget(max_in_flight, "max_in_flight"))
 
     def close_steps(self) -> Steps[None]:
-        """RDY 0, CLS, REQ everything delivered and unanswered, close every connection.
-        Idempotent; also safe while the caller is being interrupted (cancelled)."""
+        """CLS (no more deliveries), REQ everything delivered and unanswered, close every
+        connection. Idempotent; also safe while the caller is being interrupted
+        (cancelled)."""
         if self._closed:
             return
         self._closed = True
@@ -578,6 +579,7 @@ class ConsumerCore(Generic[Conn]):
             for slot, outcome in zip(slots, outcomes, strict=True):
                 if outcome is None:
                     slot.closing = True
+                    slot.rdy = 0  # CLS did it
                 elif isinstance(outcome, NSQError):
                     log.debug("CLS to %s failed: %s", slot.address, outcome)
                 else:
@@ -929,17 +931,11 @@ class ConsumerCore(Generic[Conn]):
         return out
 
     def _stop_delivery(self) -> list[_Slot[Conn]]:
-        """Before closing: RDY 0 everywhere (so REQ'd messages are not handed straight
-        back); the slots that still need a CLS."""
+        """Before closing: no budget any more; the slots that still need a CLS. CLS sets
+        the connection's RDY to 0 (tests/conformance/transcripts/FACTS.md section 6), so
+        nothing REQ'd after it is handed straight back, and no RDY 0 need go first."""
         self._budget = 0
         self._streaming = False
-        for slot in self._slots.values():
-            if slot.conn.alive and slot.rdy:
-                try:
-                    slot.conn.ready(0)
-                    slot.rdy = 0
-                except NSQError:
-                    pass
         return [s for s in self._slots.values() if s.conn.alive and not s.closing]
 
     def _requeue_all(self) -> None:
