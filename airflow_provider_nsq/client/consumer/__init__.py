@@ -2,7 +2,9 @@
 
 - :mod:`.core`: what the consumer knows and decides, and its life (a window, a stream,
   close) written once, as steps;
-- :mod:`.blocking`: :class:`NSQConsumer`, which runs those steps on sockets;
+- :mod:`.steps`: those steps, the I/O the core asks for;
+- :mod:`.ledger`: who holds which message, and the one TOUCH policy;
+- :mod:`.blocking`: :class:`NSQConsumer`, which runs the steps on sockets;
 - :mod:`.aio`: :class:`AsyncNSQConsumer`, which runs them on the asyncio event loop.
 """
 
@@ -17,12 +19,12 @@ from .core import (
     RECONNECT_START_S,
     ROTATE_INTERVAL_S,
     SETTLE_S,
-    TOUCH_AFTER_SHARE,
     UNREACHABLE,
     ConsumerCore,
     Touched,
     by_connection,
 )
+from .ledger import TOUCH_AFTER_SHARE
 
 #: The name this base had before the sequences were written as steps.
 ConsumerBase = ConsumerCore

@@ -16,7 +16,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..aio import AsyncNSQConnection
 from ..config import ClientConfig
-from .core import CloseConnections, Connect, ConsumerCore, Lookup, StartClose, Step, Steps, Wait
+from .core import ConsumerCore
+from .steps import CloseConnections, Connect, Lookup, StartClose, Step, Steps, Wait
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -17,7 +17,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from ...protocol.errors import NSQError
 from ..blocking import NSQConnection
 from ..config import ClientConfig
-from .core import CloseConnections, Connect, ConsumerCore, Lookup, StartClose, Step, Steps, Wait
+from .core import ConsumerCore
+from .steps import CloseConnections, Connect, Lookup, StartClose, Step, Steps, Wait
 
 P = ParamSpec("P")
 T = TypeVar("T")

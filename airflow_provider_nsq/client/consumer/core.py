@@ -32,8 +32,8 @@ Three shapes: one bounded window (``consume``); long-lived streaming (``start``,
 also has ``pump``); ``close``.
 
 How it is written: each of those sequences is a generator of steps, the I/O it needs
-done (:class:`Lookup`, :class:`Connect`, :class:`Wait`, :class:`StartClose`,
-:class:`CloseConnections`), as ``client/nsqd_http.py`` writes its requests. The steps
+done (:mod:`.steps`: look up, connect these, wait up to t, CLS these, close these), as
+``client/nsqd_http.py`` writes its requests; who holds which message is :mod:`.ledger`. The steps
 hold every decision; :class:`~.blocking.NSQConsumer` and :class:`~.aio.AsyncNSQConsumer`
 only do what each step asks, on sockets or on the event loop, and send back the outcome.
 """
@@ -44,8 +44,7 @@ import logging
 import math
 import sys
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -70,6 +69,8 @@ from ..lookupd import LookupdClient, Producer, parse_addresses
 from ..message import NSQMessage
 from ..ready import keep_within, plan_ready
 from ..window import AckMode, Window, check_window, settle_window
+from .ledger import Ledger
+from .steps import CloseConnections, Connect, Lookup, StartClose, Steps, Wait
 
 log = logging.getLogger("airflow_provider_nsq.client.consumer")
 
@@ -90,15 +91,6 @@ ROTATE_INTERVAL_S = 1.0
 #: Backoff for an nsqd that could not be reached (first, longest), seconds.
 RECONNECT_START_S = 1.0
 RECONNECT_MAX_S = 60.0
-#: A held message is TOUCHed once it has been in flight this share of nsqd's msg_timeout
-#: since it was delivered or last TOUCHed: two thirds of the timeout are left for the
-#: TOUCH to reach nsqd, however busy its holder is.
-TOUCH_AFTER_SHARE = 1 / 3
-#: ``touch_held()`` asks to be called again no sooner than this (seconds).
-TOUCH_CHECK_MIN_S = 0.1
-#: The ledger of held messages is compacted once it lists this many more than are in
-#: flight (answered messages are dropped from it then, not one by one).
-LEDGER_SLACK = 1024
 
 #: Errors that mean "this nsqd cannot be reached right now": logged and skipped. Any
 #: other error (nsqd refused SUB or AUTH, a bad setting) is the same on every nsqd and
@@ -109,60 +101,6 @@ _SAME_EVERYWHERE: tuple[type[NSQError], ...] = (NSQTLSError, NSQTimeoutError, NS
 
 Conn = TypeVar("Conn", NSQConnection, AsyncNSQConnection)
 T = TypeVar("T")
-
-
-# -- the steps: what the core asks its runner to do ------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    """Ask every nsqlookupd which nsqds have ``topic``. Outcome: the producers (a lookup
-    error is thrown into the sequence)."""
-
-    lookupd: LookupdClient
-    topic: str
-
-
-@dataclass(frozen=True, slots=True)
-class Connect:
-    """Open one connection per config (asyncio: all at once), IDENTIFY and SUB it.
-    Outcome: per config, in order, the subscribed connection or the exception that
-    stopped it (the runner closed that connection). The asyncio runner sets each
-    connection's ``on_wake``."""
-
-    configs: tuple[ClientConfig, ...]
-    topic: str
-    channel: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Wait up to ``timeout`` seconds for one of ``connections`` to deliver or fail (none:
-    sleep); the blocking runner reads what arrived (heartbeats are answered as it does).
-    Outcome: None."""
-
-    timeout: float
-    connections: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StartClose:
-    """CLS on each connection and wait for nsqd's CLOSE_WAIT (the blocking runner then
-    reads what nsqd sent before it). Outcome: per connection, None or the exception."""
-
-    connections: tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CloseConnections:
-    """Close each connection (it REQs what it still holds itself). Outcome: None."""
-
-    connections: tuple[Any, ...]
-
-
-Step = Lookup | Connect | Wait | StartClose | CloseConnections
-#: A sequence written as steps: it yields steps, is sent their outcomes, returns a T.
-Steps = Generator[Step, Any, T]
 
 
 class Touched(NamedTuple):
@@ -189,17 +127,6 @@ class _Slot(Generic[Conn]):
     reserved_until: float = 0.0  # ... until about then
 
 
-class _Held:
-    """Messages delivered together, and when they were last started in flight (their
-    delivery, or their last TOUCH)."""
-
-    __slots__ = ("messages", "touched")
-
-    def __init__(self, messages: list[NSQMessage], touched: float) -> None:
-        self.messages = messages
-        self.touched = touched
-
-
 def _nsqd_of(key: str) -> str:
     """The nsqd address of a connection key (``host:port`` or ``host:port#n``)."""
     return key.partition("#")[0]
@@ -219,9 +146,9 @@ def _alive(conn: Any) -> bool:
 
 
 def by_connection(messages: Sequence[NSQMessage]) -> list[tuple[Any, list[NSQMessage]]]:
-    """``messages`` grouped by the connection that delivered them, in order, leaving out
-    (with a warning) those whose connection is gone: nsqd redelivers them after its
-    msg_timeout, and no other connection may answer them."""
+    """``messages`` grouped by the connection that delivered them (each group in their
+    order), leaving out (with a warning) those whose connection is gone: nsqd redelivers
+    them after its msg_timeout, and no other connection may answer them."""
     conns = set(map(_CONNECTION, messages))  # one pass in C: usually a single connection
     if len(conns) == 1:
         groups = {conns.pop(): list(messages)}
@@ -302,8 +229,7 @@ class ConsumerCore(Generic[Conn]):
         self.producers: list[Producer] = []  # the last lookup's answer (lookupd only)
         self._retry: dict[str, tuple[float, Backoff]] = {}  # address -> (when, backoff)
         self._buffer: list[NSQMessage] = []  # delivered, not yet returned by read()
-        self._held: deque[_Held] = deque()  # delivered, maybe unanswered: the ledger
-        self._held_count = 0  # messages listed in the ledger (answered ones included)
+        self._ledger = Ledger()  # delivered, maybe unanswered
         self._lost = 0  # connections that broke (their messages can never be answered)
         self._budget = 0
         self._started = False  # start() or consume() ran
@@ -378,28 +304,20 @@ class ConsumerCore(Generic[Conn]):
 
     def touch_held(self) -> Touched:
         """Keep what the consumer holds in flight: TOUCH every message delivered and not
-        yet answered (returned by ``read`` or not) that has been in flight for
-        ``TOUCH_AFTER_SHARE`` of the shortest msg_timeout since it was delivered or last
-        TOUCHed. A caller that holds messages longer than msg_timeout calls it again
-        after ``next_in`` seconds (the Spark reader's pump, the event trigger). A TOUCH
-        that cannot be written is logged: nsqd then redelivers after msg_timeout."""
+        yet answered (returned by ``read`` or not) that has been in flight for a third
+        (:data:`.ledger.TOUCH_AFTER_SHARE`) of the shortest msg_timeout since it was
+        delivered or last TOUCHed. A caller that holds messages longer than msg_timeout
+        calls it again after ``next_in`` seconds (the Spark reader's pump, the event
+        trigger). A TOUCH that cannot be written is logged: nsqd then redelivers after
+        msg_timeout."""
         self._drop_broken()  # what a dead connection delivered cannot be TOUCHed
-        now = time.monotonic()
-        after = self.msg_timeout_ms / 1000 * TOUCH_AFTER_SHARE
-        held = self._held
-        while held and all(m.responded for m in held[0].messages):
-            self._held_count -= len(held.popleft().messages)
-        due = [h for h in held if now - h.touched >= after]
-        messages = [m for h in due for m in h.messages if not m.responded]
+        messages, next_in = self._ledger.due(time.monotonic(), self.msg_timeout_ms / 1000)
         for conn, group in by_connection(messages):
             try:
                 conn.touch(*group)
             except NSQError as exc:
                 log.debug("TOUCH on %s failed (%s): nsqd redelivers after msg_timeout", conn, exc)
-        for h in due:
-            h.touched = now
-        oldest = min((h.touched for h in held), default=now)
-        return Touched(len(messages), max(oldest + after - now, TOUCH_CHECK_MIN_S))
+        return Touched(len(messages), next_in)
 
     # -- the sequences, as steps (a runner drives them) ----------------------------------
 
@@ -742,30 +660,10 @@ class ConsumerCore(Generic[Conn]):
                 got += conn.take_messages()
                 slot.last_delivery = now
         if got:
-            self._hold(got, now)
+            self._ledger.add(got, now, self.in_flight())
         if broken:
             self._drop_broken()
         return got
-
-    def _hold(self, messages: list[NSQMessage], now: float) -> None:
-        """List delivered messages in the ledger (what close() REQs, what touch_held()
-        keeps alive); drop the answered ones from it now and then."""
-        self._held.append(_Held(messages, now))
-        self._held_count += len(messages)
-        if self._held_count > 2 * self.in_flight() + LEDGER_SLACK:
-            self._compact(lambda m: not m.responded)
-
-    def _compact(self, keep: Callable[[NSQMessage], bool]) -> None:
-        """Keep in the ledger only the messages ``keep(message)`` is true for."""
-        kept: deque[_Held] = deque()
-        count = 0
-        for held in self._held:
-            held.messages = [m for m in held.messages if keep(m)]
-            if held.messages:
-                kept.append(held)
-                count += len(held.messages)
-        self._held = kept
-        self._held_count = count
 
     def _drop_broken(self) -> None:
         for key, slot in list(self._slots.items()):
@@ -792,7 +690,7 @@ class ConsumerCore(Generic[Conn]):
         them and nobody TOUCHes them (nsqd redelivers them after its msg_timeout)."""
         if self._buffer:
             self._buffer = [m for m in self._buffer if m.connection is not conn]
-        self._compact(lambda m: m.connection is not conn)
+        self._ledger.forget(conn)
 
     def _drained(self) -> list[_Slot[Conn]]:
         """Draining slots (a vanished producer, an extra connection the budget no longer
@@ -942,10 +840,10 @@ class ConsumerCore(Generic[Conn]):
         """REQ everything delivered and unanswered, on every live connection."""
         self._buffer = []
         self._collect()
-        unanswered = self.in_flight()
-        held = [m for h in self._held for m in h.messages if not m.responded] if unanswered else []
-        self._held.clear()
-        self._held_count = 0
+        if not self.in_flight():  # all answered: no need to look through the ledger
+            self._ledger = Ledger()
+            return
+        held = self._ledger.take_unanswered()
         for conn, group in by_connection(held):
             try:
                 conn.requeue(*group)
