@@ -9,7 +9,8 @@ A driver adds only its I/O: ``_flush`` (write what the core queued), ``_start_tl
 What an owner of many connections (the consumer core) reads of one is public and small,
 in the spirit of go-nsq's connection delegate: :meth:`DriverBase.take_messages`,
 :attr:`~DriverBase.messages_waiting`, :attr:`~DriverBase.in_flight`,
-:attr:`~DriverBase.failure`, :attr:`~DriverBase.alive`, the :attr:`~DriverBase.on_wake`
+:attr:`~DriverBase.failure`, :attr:`~DriverBase.alive`, :attr:`~DriverBase.has_news`,
+the :attr:`~DriverBase.on_wake`
 callback and :meth:`~DriverBase.abort`; the blocking driver adds ``fileno()`` and
 ``read_available()`` for a selector.
 """
@@ -138,7 +139,20 @@ class DriverBase(Generic[WindowResult]):
     @property
     def alive(self) -> bool:
         """The connection can still answer its messages: open, and no failure."""
-        return self._failure is None and self.connected
+        core = self._core  # not self.connected: an owner asks this on every wait
+        return self._failure is None and core is not None and core.state not in CLOSED_STATES
+
+    @property
+    def has_news(self) -> bool:
+        """Something for the owner to look at: messages to take, or the connection is no
+        longer :attr:`alive`."""
+        core = self._core
+        return (
+            bool(self._messages)
+            or self._failure is not None
+            or core is None
+            or core.state in CLOSED_STATES
+        )
 
     @property
     def in_flight(self) -> int:

@@ -121,7 +121,7 @@ class NSQConsumer(ConsumerCore[NSQConnection]):
         if conns is not self._watched:
             self._watch(conns)
         # TLS may hold decrypted bytes the socket no longer shows as readable.
-        ready = [c for c in conns if c.has_buffered_input]
+        ready = [c for c in conns if c.has_buffered_input] if self.config.tls else []
         if not ready:
             ready = [key.data for key, _ in self._selector.select(max(step.timeout, 0.0))]
         for conn in ready:

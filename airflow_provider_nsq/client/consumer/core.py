@@ -467,7 +467,7 @@ class ConsumerCore(Generic[Conn]):
         """Wait for deliveries, unless some are already there (or a connection failed:
         the caller collects first)."""
         for slot in self._slots.values():
-            if slot.conn.messages_waiting or not slot.conn.alive:
+            if slot.conn.has_news:
                 return
         yield Wait(timeout, self._live)
 
@@ -654,13 +654,15 @@ class ConsumerCore(Generic[Conn]):
         now = time.monotonic()
         for slot in self._slots.values():
             conn = slot.conn
+            if not conn.has_news:
+                continue
             if not conn.alive:
                 broken = True
-            elif conn.messages_waiting:
+            else:
                 got += conn.take_messages()
                 slot.last_delivery = now
         if got:
-            self._ledger.add(got, now, self.in_flight())
+            self._ledger.add(got, now, self.in_flight)
         if broken:
             self._drop_broken()
         return got

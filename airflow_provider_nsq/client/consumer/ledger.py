@@ -43,12 +43,13 @@ class Ledger:
         self._deliveries: deque[_Delivery] = deque()
         self._count = 0  # messages listed (answered ones included)
 
-    def add(self, messages: list[NSQMessage], now: float, in_flight: int) -> None:
-        """List a delivery made at ``now``; ``in_flight`` is how many of the consumer's
-        messages are unanswered (compaction happens when the list is far longer)."""
+    def add(self, messages: list[NSQMessage], now: float, in_flight: Callable[[], int]) -> None:
+        """List a delivery made at ``now``; ``in_flight()`` counts the consumer's
+        unanswered messages (asked only when the list is long: compacted when it is far
+        longer)."""
         self._deliveries.append(_Delivery(messages, now))
         self._count += len(messages)
-        if self._count > 2 * in_flight + LEDGER_SLACK:
+        if self._count > LEDGER_SLACK and self._count > 2 * in_flight() + LEDGER_SLACK:
             self._keep(lambda m: not m.responded)
 
     def forget(self, conn: object) -> None:
