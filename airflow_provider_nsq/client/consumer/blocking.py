@@ -53,7 +53,7 @@ class NSQConsumer(ConsumerCore[NSQConnection]):
 
     def __init__(self, topic: str, channel: str, **kwargs: Any) -> None:
         super().__init__(topic, channel, **kwargs)
-        self._selector = selectors.DefaultSelector()
+        self._selector: selectors.BaseSelector | None = None  # made at the first wait
         self._watched: tuple[NSQConnection, ...] = ()
 
     def __enter__(self) -> NSQConsumer:
@@ -78,7 +78,9 @@ class NSQConsumer(ConsumerCore[NSQConnection]):
         try:
             self._run(self.close_steps())
         finally:
-            self._selector.close()
+            if self._selector is not None:
+                self._selector.close()
+                self._selector = None
 
     # -- the runner ----------------------------------------------------------------------
 
@@ -118,26 +120,29 @@ class NSQConsumer(ConsumerCore[NSQConnection]):
         if not conns:
             time.sleep(max(step.timeout, 0.0))
             return
-        if conns is not self._watched:
-            self._watch(conns)
+        selector = self._selector
+        if selector is None or conns is not self._watched:
+            selector = self._watch(conns)
         # TLS may hold decrypted bytes the socket no longer shows as readable.
         ready = [c for c in conns if c.has_buffered_input] if self.config.tls else []
         if not ready:
-            ready = [key.data for key, _ in self._selector.select(max(step.timeout, 0.0))]
+            ready = [key.data for key, _ in selector.select(max(step.timeout, 0.0))]
         for conn in ready:
             try:
                 conn.read_available()
             except NSQError:
                 pass  # recorded as the connection's failure: the core drops it
 
-    def _watch(self, conns: tuple[NSQConnection, ...]) -> None:
-        """Watch exactly ``conns`` (the connections changed since the last wait)."""
-        self._selector.close()
-        self._selector = selectors.DefaultSelector()
+    def _watch(self, conns: tuple[NSQConnection, ...]) -> selectors.BaseSelector:
+        """A selector over exactly ``conns`` (new ones since the last wait)."""
+        if self._selector is not None:
+            self._selector.close()
+        selector = self._selector = selectors.DefaultSelector()
         for conn in conns:
             if conn.fileno() >= 0:
-                self._selector.register(conn, selectors.EVENT_READ, conn)
+                selector.register(conn, selectors.EVENT_READ, conn)
         self._watched = conns
+        return selector
 
     def _open_all(self, step: Connect) -> list[NSQConnection | NSQError]:
         """One nsqd after the other; an NSQError is that nsqd's outcome, anything else

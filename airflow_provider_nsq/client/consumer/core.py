@@ -209,6 +209,7 @@ class ConsumerCore(Generic[Conn]):
         self.topic = topic
         self.channel = channel
         self.config = config or ClientConfig()
+        self._own_address = self.config.address
         _check_settings(self.config, lookupd_poll_interval, max_connections_per_nsqd)
         self.lookupd_poll_interval = float(lookupd_poll_interval)
         self.max_connections_per_nsqd = max_connections_per_nsqd
@@ -440,7 +441,7 @@ class ConsumerCore(Generic[Conn]):
     def _connect(self, keys: Sequence[str]) -> Steps[list[BaseException]]:
         """Open a connection for each key; the errors of those that could not be opened
         (unreachable ones are logged and backed off; any other error is raised)."""
-        configs = tuple(self.config.for_nsqd(_nsqd_of(k)) for k in keys)
+        configs = tuple(self._config_for(_nsqd_of(k)) for k in keys)
         results = yield Connect(configs, self.topic, self.channel)
         errors: list[BaseException] = []
         failure: BaseException | None = None
@@ -456,6 +457,12 @@ class ConsumerCore(Generic[Conn]):
         if failure is not None:
             raise failure
         return errors
+
+    def _config_for(self, address: str) -> ClientConfig:
+        """The settings of a connection to ``address``: the consumer's own when it is the
+        config's nsqd (one nsqd: no copy to make and check)."""
+        own = self.config
+        return own if address == self._own_address else own.for_nsqd(address)
 
     def _connect_all(self) -> Steps[None]:
         targets = yield from self._discover()
