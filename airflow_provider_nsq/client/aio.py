@@ -334,16 +334,11 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         stopped reading is not). A failure or close ends it at once: it fails the waiter.
         A timer, not wait_for(): no task per command. A cancelled caller's reply is still
         consumed in order (``_reply_arrived``)."""
-        timer = _ReplyTimer(waiter, self._sent())
-        self._arm(timer)
+        timer = _ReplyTimer(waiter, self._sent(), self.config.read_timeout, self._check_reply)
         try:
             return await waiter
         finally:
             timer.cancel()
-
-    def _arm(self, timer: _ReplyTimer) -> None:
-        loop = asyncio.get_running_loop()
-        timer.handle = loop.call_later(self.config.read_timeout, self._check_reply, timer)
 
     def _check_reply(self, timer: _ReplyTimer) -> None:
         """``read_timeout`` passed since ``timer`` was armed: re-arm it if nsqd took more
@@ -353,8 +348,7 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
             return
         sent = self._sent()
         if sent > timer.sent:
-            timer.sent = sent
-            self._arm(timer)
+            timer.rearm(sent)
             return
         self._reply_overdue(waiter, self._written - sent)
 
@@ -472,17 +466,28 @@ def _fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 class _ReplyTimer:
-    """One reply wait's timer (see :meth:`AsyncNSQConnection._await_reply`): the waiter,
-    the output sent when it was last armed, and its handle. Re-armed only while output
-    drains."""
+    """One reply wait's timer (see :meth:`AsyncNSQConnection._await_reply`): calls
+    ``check(timer)`` ``timeout`` seconds after it was (re)armed; ``sent`` is the output
+    that had left by then. Re-armed only while output drains."""
 
-    __slots__ = ("handle", "sent", "waiter")
+    __slots__ = ("check", "handle", "sent", "timeout", "waiter")
 
-    def __init__(self, waiter: asyncio.Future[bytes], sent: int) -> None:
+    def __init__(
+        self,
+        waiter: asyncio.Future[bytes],
+        sent: int,
+        timeout: float,
+        check: Callable[[_ReplyTimer], None],
+    ) -> None:
         self.waiter = waiter
+        self.timeout = timeout
+        self.check = check
         self.sent = sent
-        self.handle: asyncio.TimerHandle | None = None
+        self.handle = asyncio.get_running_loop().call_later(timeout, check, self)
+
+    def rearm(self, sent: int) -> None:
+        self.sent = sent
+        self.handle = asyncio.get_running_loop().call_later(self.timeout, self.check, self)
 
     def cancel(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
+        self.handle.cancel()

@@ -42,6 +42,8 @@ from ..hooks.nsq import NSQHook
 from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
 from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
+#: The shortest pause between two checks (a poll_interval of 0 must not spin).
+MIN_INTERVAL_S = 0.1
 #: How much longer each wait after a short HTTP check is, up to HTTP_MAX_INTERVAL_S.
 HTTP_BACKOFF = 1.5
 HTTP_MAX_INTERVAL_S = 30.0
@@ -135,13 +137,10 @@ class NSQMessageTrigger(BaseTrigger):
         except NSQError as exc:
             yield TriggerEvent({"status": "error", "message": str(exc)})
             return
+        first = max(self.poll_interval, MIN_INTERVAL_S)
         pauses = {
-            "http": Backoff(
-                self.poll_interval, max(HTTP_MAX_INTERVAL_S, self.poll_interval), HTTP_BACKOFF
-            ),
-            "tcp": Backoff(
-                self.poll_interval, max(TCP_MAX_INTERVAL_S, self.poll_interval), TCP_BACKOFF
-            ),
+            "http": Backoff(first, max(HTTP_MAX_INTERVAL_S, first), HTTP_BACKOFF),
+            "tcp": Backoff(first, max(TCP_MAX_INTERVAL_S, first), TCP_BACKOFF),
         }
         reconnect = Backoff(_RECONNECT_START_S, _RECONNECT_MAX_S)
         last_ready: int | None = None

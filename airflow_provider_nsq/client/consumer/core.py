@@ -145,17 +145,19 @@ def _alive(conn: Any) -> bool:
     return conn is not None and conn.alive
 
 
-def by_connection(messages: Sequence[NSQMessage]) -> list[tuple[Any, list[NSQMessage]]]:
+def by_connection(messages: Sequence[NSQMessage]) -> list[tuple[Any, Sequence[NSQMessage]]]:
     """``messages`` grouped by the connection that delivered them (each group in their
     order), leaving out (with a warning) those whose connection is gone: nsqd redelivers
     them after its msg_timeout, and no other connection may answer them."""
     conns = set(map(_CONNECTION, messages))  # one pass in C: usually a single connection
+    groups: dict[Any, Sequence[NSQMessage]]
     if len(conns) == 1:
-        groups = {conns.pop(): list(messages)}
+        groups = {conns.pop(): messages}
     else:
-        groups = {conn: [] for conn in conns}
+        lists: dict[Any, list[NSQMessage]] = {conn: [] for conn in conns}
         for m in messages:
-            groups[m.connection].append(m)
+            lists[m.connection].append(m)
+        groups = dict(lists)
     lost = sum(len(ms) for conn, ms in groups.items() if not _alive(conn))
     if lost:
         log.warning(
