@@ -24,16 +24,11 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from ..client import NSQMessage
-from ..client.nsqd_http import ChannelDepth
+from ..client.backoff import Backoff
+from ..client.nsqd_http import HTTP_UNREADABLE, ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds, is_templated
-from ..protocol.errors import (
-    NSQConnectionError,
-    NSQHTTPError,
-    NSQProtocolError,
-    NSQTimeoutError,
-    NSQValueError,
-)
+from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..triggers.nsq import NSQMessageTrigger
 
@@ -47,6 +42,7 @@ XCOM_RETURN_KEY = "return_value"
 #: waits max(poke_interval, window) x 2^(n+1) after the n-th short window in a row, up to
 #: this many seconds.
 TCP_WINDOW_MAX_BACKOFF_S = 300.0
+_WINDOW_INSTEAD = "opening a window instead (a short window redelivers the messages it sees)"
 
 Rejected = Literal["finish", "requeue"]
 
@@ -69,9 +65,8 @@ class NSQSensor(BaseSensorOperator):
     takes up to ``max_messages``). Its XCom value (``return_value``) is the list of those
     messages, each a dict: ``id``, ``body`` (str; base64 text when ``body_encoding ==
     "base64"``), ``body_encoding`` (``"utf-8"`` or ``"base64"``), ``attempts``,
-    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``;
-    and ``nsqd`` (the ``host:port`` that delivered it) when the connection reads from
-    several nsqds.
+    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``,
+    ``nsqd`` (the ``host:port`` that delivered it: a message ``id`` is unique per nsqd).
 
     NSQ as deployed: when the connection names nsqlookupds (``lookupd_http_addresses``)
     or several nsqds (``nsqd_tcp_addresses``), the check and the window cover every nsqd
@@ -169,10 +164,10 @@ class NSQSensor(BaseSensorOperator):
         self.nsq_conn_id = nsq_conn_id
         self.deferrable = deferrable
         self._batch: list[NSQMessage] = []
-        # Without nsqd's HTTP API: when the next window may open, and how many came back
-        # short in a row (each one redelivered what it saw).
+        # Without nsqd's HTTP API: when the next window may open, and the backoff while
+        # windows come back short in a row (each one redelivered what it saw).
         self._next_tcp_window = 0.0
-        self._short_tcp_windows = 0
+        self._tcp_backoff: Backoff | None = None
 
     @cached_property
     def hook(self) -> NSQHook:
@@ -218,24 +213,20 @@ class NSQSensor(BaseSensorOperator):
             return None
         try:
             return self.hook.channel_depth(self.topic, self.channel)
-        except (NSQConnectionError, NSQTimeoutError, NSQHTTPError, NSQProtocolError) as exc:
-            self.log.warning(
-                "nsqd's HTTP API could not be read (%s); opening a window instead (a short "
-                "window redelivers the messages it sees)",
-                exc,
-            )
+        except HTTP_UNREADABLE as exc:
+            self.log.warning("nsqd's HTTP API could not be read (%s); %s", exc, _WINDOW_INSTEAD)
             return None
 
     def _after_tcp_window(self, ok: bool) -> None:
         if ok:
-            self._short_tcp_windows = 0
+            self._tcp_backoff = None
             self._next_tcp_window = 0.0
             return
-        self._short_tcp_windows += 1
-        pause = min(
-            max(self.poke_interval, self.window) * 2 ** (self._short_tcp_windows + 1),
-            max(TCP_WINDOW_MAX_BACKOFF_S, self.poke_interval),
-        )
+        if self._tcp_backoff is None:
+            base = max(self.poke_interval, self.window)
+            cap = max(TCP_WINDOW_MAX_BACKOFF_S, self.poke_interval)
+            self._tcp_backoff = Backoff(base * 4, cap)  # the n-th short one: base x 2^(n+1)
+        pause = self._tcp_backoff.next()
         self._next_tcp_window = time.monotonic() + pause
         self.log.info(
             "No HTTP API to check the channel: the next window opens in %gs at the earliest",
@@ -295,9 +286,7 @@ class NSQSensor(BaseSensorOperator):
         return accepted, rejected
 
     def _record(self, message: NSQMessage) -> dict[str, Any]:
-        # Over several nsqds, "nsqd" tells them apart (a message id is unique per nsqd).
-        nsqd = message.nsqd if self.hook.reads_topology else None
-        return message_record(message, self.topic, self.channel, nsqd=nsqd)
+        return message_record(message, self.topic, self.channel)
 
     def _deliver(self, context: Context) -> None:
         """Push the held batch to XCom, then FIN it; REQ it if the push fails."""
