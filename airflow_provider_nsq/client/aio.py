@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from ..protocol.connection import ClientConnection, ConnectionState
@@ -42,33 +42,39 @@ _RECV_SIZE = 256 * 1024
 
 
 class _Protocol(asyncio.BufferedProtocol):
-    """Reads into one buffer per connection (no allocation per read). Once its owner has
-    moved on to another connection (``owner._protocol is not self``) it is deaf."""
+    """Reads into one buffer per connection (no allocation per read) and hands the bytes
+    to its owner's callbacks. Once the owner has moved on to another connection it
+    :meth:`detach` es this one, which is deaf from then on: a late byte on an old socket
+    never reaches the new connection's core."""
 
-    def __init__(self, owner: AsyncNSQConnection) -> None:
-        self._owner = owner
+    def __init__(
+        self,
+        on_data: Callable[[bytes | memoryview], None],
+        on_lost: Callable[[Exception | None], None],
+    ) -> None:
+        self._on_data: Callable[[bytes | memoryview], None] | None = on_data
+        self._on_lost: Callable[[Exception | None], None] | None = on_lost
         self._buffer = bytearray(_RECV_SIZE)
         self._view = memoryview(self._buffer)
 
-    @property
-    def _current(self) -> bool:
-        return self._owner._protocol is self
+    def detach(self) -> None:
+        self._on_data = self._on_lost = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._view
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._current:
-            self._owner._on_data(self._view[:nbytes])
+        if self._on_data is not None:
+            self._on_data(self._view[:nbytes])
 
     def eof_received(self) -> bool:
-        if self._current:
-            self._owner._on_data(b"")
+        if self._on_data is not None:
+            self._on_data(b"")
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._current:
-            self._owner._on_lost(exc)
+        if self._on_lost is not None:
+            self._on_lost(exc)
 
 
 class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
@@ -154,11 +160,12 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._handshake = loop.create_future()
-        protocol = self._protocol = _Protocol(self)
+        protocol = self._protocol = _Protocol(self._on_data, self._on_lost)
         try:
             with map_exceptions(self._peer, "connect to"):
                 transport, _ = await loop.create_connection(lambda: protocol, cfg.host, cfg.port)
         except BaseException:
+            protocol.detach()
             if self._protocol is protocol:
                 self._protocol = None
             raise
@@ -186,7 +193,9 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
 
     def _teardown(self) -> None:
         self._reset_state()
-        self._protocol = None  # the old socket's late bytes go nowhere
+        if self._protocol is not None:
+            self._protocol.detach()  # the old socket's late bytes go nowhere
+        self._protocol = None
         if self._transport is not None:
             self._transport.close()
         self._transport = None
@@ -226,6 +235,7 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
 
     def _messages_arrived(self) -> None:
         self._message_event.set()
+        super()._messages_arrived()
 
     def _fail(self, error: NSQError) -> None:
         super()._fail(error)
@@ -324,11 +334,23 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
         stopped reading is not). A failure or close ends it at once: it fails the waiter.
         A timer, not wait_for(): no task per command. A cancelled caller's reply is still
         consumed in order (``_reply_arrived``)."""
-        timer = _ReplyTimer(self, waiter)
+        timer = _ReplyTimer(waiter, self._sent(), self.config.read_timeout, self._check_reply)
         try:
             return await waiter
         finally:
             timer.cancel()
+
+    def _check_reply(self, timer: _ReplyTimer) -> None:
+        """``read_timeout`` passed since ``timer`` was armed: re-arm it if nsqd took more
+        of the output meanwhile, else fail the wait."""
+        waiter = timer.waiter
+        if waiter.done():
+            return
+        sent = self._sent()
+        if sent > timer.sent:
+            timer.rearm(sent)
+            return
+        self._reply_overdue(waiter, self._written - sent)
 
     def _reply_overdue(self, waiter: asyncio.Future[bytes], unsent: int) -> None:
         """``read_timeout`` passed with no reply and no progress: fail the wait."""
@@ -413,7 +435,7 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
                 raise self._failure
             if not self._messages and not self.connected:
                 raise self._closed_error(())
-        return self._take_messages()
+        return self.take_messages()
 
     async def ping(self) -> None:
         """See :meth:`NSQConnection.ping`."""
@@ -444,31 +466,28 @@ def _fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 class _ReplyTimer:
-    """Ends one reply wait after ``read_timeout`` without progress (see
-    :meth:`AsyncNSQConnection._await_reply`). Re-armed only while output drains."""
+    """One reply wait's timer (see :meth:`AsyncNSQConnection._await_reply`): calls
+    ``check(timer)`` ``timeout`` seconds after it was (re)armed; ``sent`` is the output
+    that had left by then. Re-armed only while output drains."""
 
-    __slots__ = ("_conn", "_handle", "_sent", "_waiter")
+    __slots__ = ("check", "handle", "sent", "timeout", "waiter")
 
-    def __init__(self, conn: AsyncNSQConnection, waiter: asyncio.Future[bytes]) -> None:
-        self._conn = conn
-        self._waiter = waiter
-        self._sent = conn._sent()
-        self._handle = self._arm()
+    def __init__(
+        self,
+        waiter: asyncio.Future[bytes],
+        sent: int,
+        timeout: float,
+        check: Callable[[_ReplyTimer], None],
+    ) -> None:
+        self.waiter = waiter
+        self.timeout = timeout
+        self.check = check
+        self.sent = sent
+        self.handle = asyncio.get_running_loop().call_later(timeout, check, self)
 
-    def _arm(self) -> asyncio.TimerHandle:
-        loop = asyncio.get_running_loop()
-        return loop.call_later(self._conn.config.read_timeout, self._check)
-
-    def _check(self) -> None:
-        if self._waiter.done():
-            return
-        conn = self._conn
-        sent = conn._sent()
-        if sent > self._sent:  # nsqd took more of the output since the last check
-            self._sent = sent
-            self._handle = self._arm()
-            return
-        conn._reply_overdue(self._waiter, conn._written - sent)
+    def rearm(self, sent: int) -> None:
+        self.sent = sent
+        self.handle = asyncio.get_running_loop().call_later(self.timeout, self.check, self)
 
     def cancel(self) -> None:
-        self._handle.cancel()
+        self.handle.cancel()

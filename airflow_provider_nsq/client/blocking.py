@@ -134,6 +134,12 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
                 raise self._mpub_failed(exc, done, counts) from exc if done else None
         return len(counts)
 
+    def prepare_publish(self) -> None:
+        """Make the connection ready for the next publish without sending anything:
+        answer the heartbeats waiting, and reopen it when nsqd closed it or it sat idle
+        past nsqd's heartbeat deadline. Raises what reopening raises."""
+        self._prepare_publish()
+
     def _prepare_publish(self) -> ClientConnection:
         core = self._core
         if core is None or core.state in _CLOSED_STATES:
@@ -184,7 +190,7 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
                 self._raise_failure("waiting for messages")
                 if not self._read_once(deadline - time.monotonic()):
                     break
-        return self._take_messages()
+        return self.take_messages()
 
     def ping(self) -> None:
         """One round trip that nsqd answers only if it accepts commands on this connection
@@ -198,6 +204,25 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         in flight can still be FIN'd or REQ'd. Returns after CLOSE_WAIT."""
         self._require_core().cls()
         self._request("CLS")
+
+    # -- for a selector over many connections (the consumer core) -------------------
+
+    def fileno(self) -> int:
+        """The socket's file descriptor (-1 when not connected)."""
+        return self._sock.fileno() if self._sock is not None else -1
+
+    @property
+    def has_buffered_input(self) -> bool:
+        """TLS bytes already decrypted and not yet read: the socket will not show them
+        as readable, so a selector would miss them."""
+        sock = self._sock
+        return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+
+    def read_available(self) -> bool:
+        """Read what has arrived, without waiting, and act on it (answer heartbeats, keep
+        messages for :meth:`take_messages`, record nsqd's close). False when nothing had
+        arrived. Invalid bytes are recorded as the failure and raised."""
+        return self._read_once(0)
 
     def _run_window(self, window: Window) -> list[NSQMessage]:
         self.subscribe(window.topic, window.channel)

@@ -3,14 +3,22 @@ of its events, the failure they record, the messages they hold, and the synchron
 of the API (RDY, FIN, REQ, TOUCH, NOP and the connection's properties).
 
 A driver adds only its I/O: ``_flush`` (write what the core queued), ``_start_tls``
-(wrap the transport), and how a caller waits (``_reply_arrived`` /
-``_messages_arrived`` tell it that something came).
+(wrap the transport), ``_teardown`` (drop the transport) and how a caller waits
+(``_reply_arrived`` / ``_messages_arrived`` tell it that something came).
+
+What an owner of many connections (the consumer core) reads of one is public and small,
+in the spirit of go-nsq's connection delegate: :meth:`DriverBase.take_messages`,
+:attr:`~DriverBase.messages_waiting`, :attr:`~DriverBase.in_flight`,
+:attr:`~DriverBase.failure`, :attr:`~DriverBase.alive`, :attr:`~DriverBase.has_news`,
+the :attr:`~DriverBase.on_wake`
+callback and :meth:`~DriverBase.abort`; the blocking driver adds ``fileno()`` and
+``read_available()`` for a selector.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ..protocol.connection import (
@@ -31,7 +39,7 @@ from ..protocol.errors import (
     NSQValueError,
 )
 from .config import ClientConfig
-from .message import NSQMessage, bound_message_class
+from .message import Answer, NSQMessage, bound_message_class
 from .window import AckMode, Window, check_window, settle_window
 
 log = logging.getLogger(__name__)
@@ -73,6 +81,7 @@ class DriverBase(Generic[WindowResult]):
         self._messages: list[NSQMessage] = []  # delivered, not yet handed to the caller
         self._held: list[NSQMessage] = []  # handed out by a manual window, maybe unanswered
         self._failure: NSQError | None = None
+        self._in_flight = 0  # delivered on the current connection, not yet FIN'd or REQ'd
         self._subscribed = False
         self._last_write = 0.0
         self._idle_limit = idle_limit_s(self.config)
@@ -80,6 +89,9 @@ class DriverBase(Generic[WindowResult]):
         self._message_class = bound_message_class(self)
         self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
         self.connects = 0  # how many times a TCP connection was opened
+        #: Called (no arguments) when messages arrive or the connection fails: an owner
+        #: waiting on several connections learns there is something to look at.
+        self.on_wake: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         state = self._core.state.value if self._core else "not connected"
@@ -117,6 +129,55 @@ class DriverBase(Generic[WindowResult]):
     def max_rdy_count(self) -> int:
         return self._require_core().max_rdy_count
 
+    # -- what an owner of the connection reads ------------------------------------------
+
+    @property
+    def failure(self) -> NSQError | None:
+        """The error that ended the connection (the first one), or None."""
+        return self._failure
+
+    @property
+    def alive(self) -> bool:
+        """The connection can still answer its messages: open, and no failure."""
+        core = self._core  # not self.connected: an owner asks this on every wait
+        return self._failure is None and core is not None and core.state not in CLOSED_STATES
+
+    @property
+    def has_news(self) -> bool:
+        """Something for the owner to look at: messages to take, or the connection is no
+        longer :attr:`alive`."""
+        core = self._core
+        return (
+            bool(self._messages)
+            or self._failure is not None
+            or core is None
+            or core.state in CLOSED_STATES
+        )
+
+    @property
+    def in_flight(self) -> int:
+        """Messages delivered on this connection and not yet FIN'd or REQ'd (taken or
+        not): what nsqd counts against this connection's RDY."""
+        return self._in_flight
+
+    @property
+    def messages_waiting(self) -> int:
+        """Messages delivered and not yet taken (:meth:`take_messages`)."""
+        return len(self._messages)
+
+    def take_messages(self) -> list[NSQMessage]:
+        """The messages delivered and not yet taken; the caller owns them now (they stay
+        in flight until answered)."""
+        messages = self._messages
+        self._messages = []
+        return messages
+
+    def abort(self) -> None:
+        """Drop the connection at once, without answering anything: nsqd redelivers what
+        it had in flight here after its msg_timeout. For a connection that already
+        failed; :meth:`close` is the orderly way."""
+        self._teardown()
+
     # -- commands without a reply ---------------------------------------------------
 
     def ready(self, count: int) -> None:
@@ -146,7 +207,7 @@ class DriverBase(Generic[WindowResult]):
     def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
         """Queue FIN, REQ or TOUCH for every message not yet FIN'd or REQ'd (one write)."""
         core = self._require_core()
-        todo = [m for m in messages if not m._responded]
+        todo = [m for m in messages if not m.responded]
         if not todo:
             return
         if command == "FIN":
@@ -159,7 +220,8 @@ class DriverBase(Generic[WindowResult]):
                 core.touch(m.raw_id)
             return
         for m in todo:
-            m._responded = True
+            m.responded = True
+        self._in_flight = max(self._in_flight - len(todo), 0)
 
     # -- a consume window ------------------------------------------------------------
 
@@ -195,7 +257,7 @@ class DriverBase(Generic[WindowResult]):
         got = settle_window(
             self,
             window.got,
-            self._take_messages(),
+            self.take_messages(),
             window.max_messages,
             window.ack,
             window.requeue_delay_ms,
@@ -222,24 +284,28 @@ class DriverBase(Generic[WindowResult]):
         """nsqd answered the oldest command still waiting for its reply."""
         raise NotImplementedError
 
+    def _teardown(self) -> None:
+        """Drop the transport and the protocol state (no REQ, no waiting)."""
+        raise NotImplementedError
+
     def _messages_arrived(self) -> None:
         """``self._messages`` grew (a waiting reader may wake)."""
+        if self.on_wake is not None:
+            self.on_wake()
 
     def _fail(self, error: NSQError) -> None:
         """The connection failed with ``error``; the first failure is the one reported."""
         if self._failure is None:
             self._failure = error
+        if self.on_wake is not None:
+            self.on_wake()
 
-    def _respond(self, message: NSQMessage, command: str, delay_ms: int = 0) -> None:
-        """``message.finish()`` and friends land here (see NSQMessage)."""
+    def respond(self, message: NSQMessage, command: Answer, delay_ms: int = 0) -> None:
+        """Answer one message: what ``message.finish()``, ``requeue()`` and ``touch()``
+        call. Written at once by the blocking driver; within this event-loop iteration by
+        the asyncio one, so the answers given in one iteration go out in one write."""
         self._respond_all((message,), command, delay_ms)
         self._flush_soon()
-
-    def _take_messages(self) -> list[NSQMessage]:
-        """The messages delivered and not yet handed out; the caller owns them now."""
-        messages = self._messages
-        self._messages = []
-        return messages
 
     # -- input: one dispatch for both drivers -----------------------------------------
 
@@ -257,6 +323,7 @@ class DriverBase(Generic[WindowResult]):
             raise
         if messages:
             self._messages += messages  # type: ignore[arg-type]
+            self._in_flight += len(messages)
             self._messages_arrived()
         for event in events:
             if isinstance(event, Reply):
@@ -332,7 +399,7 @@ class DriverBase(Generic[WindowResult]):
         core = self._core
         if core is None or core.state not in ANSWERING_STATES:
             return
-        held = [m for m in (*self._held, *self._messages) if not m._responded]
+        held = [m for m in (*self._held, *self._messages) if not m.responded]
         try:
             if held:
                 self._respond_all(held, "REQ")
@@ -347,4 +414,5 @@ class DriverBase(Generic[WindowResult]):
         self._messages = []
         self._held = []
         self._failure = None
+        self._in_flight = 0
         self._subscribed = False

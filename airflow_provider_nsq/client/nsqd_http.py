@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from ..protocol.errors import NSQHTTPError, NSQProtocolError
+from ..protocol.errors import NSQConnectionError, NSQHTTPError, NSQProtocolError, NSQTimeoutError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from .address import format_address
 from .config import ClientConfig
@@ -32,6 +32,10 @@ from .http import NSQ_V1_ACCEPT, HTTPResponse, ahttp_request, http_request
 from .tls import build_ssl_context
 
 _HEADERS = (("Accept", NSQ_V1_ACCEPT),)
+
+#: What it raises when the API cannot be read (down, slow, an error status, not nsqd's
+#: answer): a sensor or trigger then falls back to a TCP window or peek.
+HTTP_UNREADABLE = (NSQConnectionError, NSQTimeoutError, NSQHTTPError, NSQProtocolError)
 
 # One HTTP request: (method, target).
 _Request = tuple[str, str]

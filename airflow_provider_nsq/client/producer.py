@@ -97,7 +97,7 @@ class NSQProducer:
         conn = self._conn
         if conn is not None:
             try:
-                conn._prepare_publish()  # reads heartbeats; reopens it if nsqd closed it
+                conn.prepare_publish()  # reads heartbeats; reopens it if nsqd closed it
                 return conn
             except _UNREACHABLE as exc:
                 log.warning("nsqd at %s is unusable (%s): failing over", conn.config.address, exc)

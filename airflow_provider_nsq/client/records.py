@@ -1,7 +1,7 @@
 """Delivered messages as JSON-safe records, and the user filters that judge them.
 
 The sensor pushes these records to XCom and the event trigger puts them in asset events,
-so DAGs see one shape whichever way a message reached them. A ``message_filter`` is a
+so DAGs see one shape (the same keys, always) whichever way a message reached them. A ``message_filter`` is a
 ``callable(record) -> bool``; in a trigger it travels as a dotted path, resolved here.
 """
 
@@ -21,23 +21,26 @@ MessageFilter = Callable[[dict[str, Any]], bool]
 def message_record(
     message: NSQMessage, topic: str, channel: str, *, nsqd: str | None = None
 ) -> dict[str, Any]:
-    """One delivered message as a JSON-safe dict.
+    """One delivered message as a JSON-safe dict, always with the same keys: ``id``,
+    ``body``, ``body_encoding``, ``attempts``, ``timestamp``, ``topic``, ``channel``,
+    ``nsqd``.
 
     ``body`` is the text when the body is valid UTF-8 (``body_encoding="utf-8"``),
     otherwise base64 text (``body_encoding="base64"``); ``timestamp`` is nanoseconds
-    since the epoch, set by nsqd at publish.
+    since the epoch, set by nsqd at publish; ``nsqd`` is the ``host:port`` of the nsqd
+    that delivered it (``id`` is unique per nsqd, so the pair identifies the message).
 
     :param message: the delivered message.
     :param topic: the topic it was read from.
     :param channel: the channel it was read from.
-    :param nsqd: the ``host:port`` of the nsqd that delivered it; added as ``"nsqd"``
-        when given (``id`` is unique per nsqd, so the pair identifies the message).
+    :param nsqd: the nsqd to name (default: the one that delivered it,
+        ``message.nsqd``; ``""`` for a message built by hand).
     """
     try:
         body, encoding = message.body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
-    record = {
+    return {
         "id": message.id,
         "body": body,
         "body_encoding": encoding,
@@ -45,10 +48,8 @@ def message_record(
         "timestamp": message.timestamp,
         "topic": topic,
         "channel": channel,
+        "nsqd": nsqd if nsqd is not None else message.nsqd or "",
     }
-    if nsqd is not None:
-        record["nsqd"] = nsqd
-    return record
 
 
 def decode_record_body(record: dict[str, Any]) -> bytes:

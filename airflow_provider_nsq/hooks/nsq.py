@@ -193,11 +193,11 @@ def is_templated(value: object) -> bool:
 
 
 class NSQHook(BaseHook):
-    """Talk to one nsqd through an Airflow Connection of type ``nsq``.
+    """Talk to NSQ through an Airflow Connection of type ``nsq``.
 
     Publishing calls share one connection, opened on first use and kept for the life of
     the hook (reopened transparently if nsqd closed it); each :meth:`consume` window
-    uses a fresh connection, because a connection can subscribe only once. Close
+    uses fresh connections, because a connection can subscribe only once. Close
     everything with :meth:`close` or use the hook as a context manager.
 
     :param nsq_conn_id: the Airflow Connection id (type ``nsq``).
@@ -214,8 +214,7 @@ class NSQHook(BaseHook):
         self._config: ClientConfig | None = None
         self._extras: dict[str, Any] = {}
         self._publisher: NSQProducer | None = None
-        # ack="manual" windows: what closes them, and the messages they handed out.
-        self._windows: list[tuple[NSQConnection | NSQConsumer, list[NSQMessage]]] = []
+        self._windows: list[NSQConsumer] = []  # ack="manual" windows, closed by close()
 
     def __repr__(self) -> str:
         return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
@@ -433,8 +432,8 @@ class NSQHook(BaseHook):
         nsqd redelivers them at once.
         """
         windows, self._windows = self._windows, []
-        for conn, _ in windows:
-            conn.close()
+        for window in windows:
+            window.close()
         if self._publisher is not None:
             self._publisher.close()
             self._publisher = None
@@ -523,84 +522,32 @@ class NSQHook(BaseHook):
         channel: str,
         *,
         max_messages: int = 1,
-        timeout: Duration = 5.0,
         ack: AckMode = "fin",
+        timeout: Duration = 5.0,
         requeue_delay: Delay = 0,
     ) -> list[NSQMessage]:
-        """One subscribe window on a fresh connection: SUB, RDY ``max_messages``, collect
-        up to ``max_messages`` or until ``timeout`` passes, then CLS.
+        """One subscribe window over every nsqd of the connection: SUB, RDY (the
+        ``max_messages`` shared between them), collect up to ``max_messages`` or until
+        ``timeout`` passes, then CLS.
 
         :param topic: the topic name.
         :param channel: the channel name (created by the SUB if it does not exist).
-        :param max_messages: most messages to take (at most nsqd's max RDY count, 2500).
+        :param max_messages: most messages to take (at most nsqd's max RDY count, 2500,
+            per nsqd).
         :param timeout: how long the window listens: seconds or a ``timedelta``.
         :param ack: ``"fin"`` FINs the messages before returning, ``"req"`` REQs them
             (attempts + 1), ``"manual"`` returns them in flight: answer them with
             :meth:`finish` / :meth:`requeue`; :meth:`close` REQs what is left.
         :param requeue_delay: the REQ delay for ``ack="req"`` (timedelta or ms).
 
-        When the connection names nsqlookupds (``lookupd_http_addresses``) or several
-        nsqds (``nsqd_tcp_addresses``), the window reads from every nsqd that has the
-        topic at once (:class:`~airflow_provider_nsq.client.consumer.NSQConsumer`):
-        ``max_messages`` is shared across them, each message is answered on the nsqd
-        that delivered it, an nsqd that cannot be reached is logged and skipped.
+        The nsqds are the connection's ``host:port`` (and ``nsqd_tcp_addresses``), or
+        those its nsqlookupds list for the topic (``lookupd_http_addresses``): one
+        :class:`~airflow_provider_nsq.client.consumer.NSQConsumer` reads them all at
+        once, answers each message on the nsqd that delivered it, and logs and skips an
+        nsqd that cannot be reached.
         """
-        validate_topic_name(topic)
-        validate_channel_name(channel)
         seconds = duration_to_seconds(timeout, "timeout")
         delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
-        config = self.get_client_config()
-        if config.heartbeat_interval_ms == -1:
-            raise NSQValueError(
-                f"NSQ connection {self.nsq_conn_id!r} disables heartbeats "
-                "(heartbeat_interval_ms=-1); nsqd refuses SUB without them"
-            )
-        if self.reads_topology:
-            return self._consume_topology(topic, channel, max_messages, seconds, ack, delay_ms)
-        conn = NSQConnection(config)
-        conn.connect()
-        try:
-            msg_timeout = conn.server_info.get("msg_timeout")
-            if isinstance(msg_timeout, int) and seconds * 1000 >= msg_timeout:
-                raise NSQValueError(
-                    f"a consume window of {seconds:g}s is not shorter than nsqd's msg_timeout "
-                    f"of {msg_timeout} ms: messages would be redelivered before the window "
-                    "ends; shorten the window or raise the connection's msg_timeout_ms"
-                )
-            messages = conn.consume(
-                topic,
-                channel,
-                max_messages=max_messages,
-                timeout=seconds,
-                ack=ack,
-                requeue_delay_ms=delay_ms,
-            )
-        except BaseException:
-            conn.close()
-            raise
-        if ack == "manual":
-            self._windows.append((conn, list(messages)))
-        else:
-            conn.close()
-        self.log.info(
-            "Consume window on %s/%s: %s message(s) in %gs (ack=%s)",
-            topic,
-            channel,
-            len(messages),
-            seconds,
-            ack,
-        )
-        return messages
-
-    def _consume_topology(
-        self,
-        topic: str,
-        channel: str,
-        max_messages: int,
-        seconds: float,
-        ack: AckMode,
-        delay_ms: int,
-    ) -> list[NSQMessage]:
         consumer = self.consumer(topic, channel)
         try:
             messages = consumer.consume(
@@ -611,7 +558,7 @@ class NSQHook(BaseHook):
             consumer.close()
             raise
         if ack == "manual":
-            self._windows.append((consumer, list(messages)))
+            self._windows.append(consumer)  # close() REQs what is left unanswered
         else:
             consumer.close()
         self.log.info(
@@ -625,33 +572,18 @@ class NSQHook(BaseHook):
         )
         return messages
 
-    def _by_connection(
-        self, messages: Sequence[NSQMessage]
-    ) -> list[tuple[NSQConnection | NSQConsumer, list[NSQMessage]]]:
-        wanted = {id(m) for m in messages}
-        groups = []
-        for conn, held in self._windows:
-            mine = [m for m in held if id(m) in wanted]
-            if mine:
-                groups.append((conn, mine))
-        return groups
-
     def finish(self, messages: Sequence[NSQMessage]) -> None:
-        """FIN messages from ``ack="manual"`` windows of this hook."""
-        for conn, mine in self._by_connection(messages):
-            conn.finish(*mine)
+        """FIN messages (from ``ack="manual"`` windows), each on its own nsqd."""
+        NSQConsumer.finish(*messages)
 
     def requeue(self, messages: Sequence[NSQMessage], delay: Delay = 0) -> None:
-        """REQ messages from ``ack="manual"`` windows: redelivered after ``delay``
+        """REQ messages (from ``ack="manual"`` windows): redelivered after ``delay``
         (timedelta or ms) with attempts + 1."""
-        delay_ms = delay_to_ms(delay, "requeue delay")
-        for conn, mine in self._by_connection(messages):
-            conn.requeue(*mine, delay_ms=delay_ms)
+        NSQConsumer.requeue(*messages, delay_ms=delay_to_ms(delay, "requeue delay"))
 
     def touch(self, messages: Sequence[NSQMessage]) -> None:
-        """TOUCH messages from ``ack="manual"`` windows: restart their msg_timeout."""
-        for conn, mine in self._by_connection(messages):
-            conn.touch(*mine)
+        """TOUCH messages (from ``ack="manual"`` windows): restart their msg_timeout."""
+        NSQConsumer.touch(*messages)
 
     # -- the connection form's Test button -----------------------------------------
 

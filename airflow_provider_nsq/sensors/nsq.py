@@ -25,22 +25,17 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from ..client import NSQMessage
-from ..client.nsqd_http import ChannelDepth
+from ..client.backoff import Backoff
+from ..client.nsqd_http import HTTP_UNREADABLE, ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, is_templated
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
 from ..metrics import emitter, task_tags
-from ..protocol.errors import (
-    NSQConnectionError,
-    NSQHTTPError,
-    NSQProtocolError,
-    NSQTimeoutError,
-    NSQValueError,
-)
+from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..triggers.nsq import NSQMessageTrigger
-from .tcp_backoff import TCP_WINDOW_MAX_BACKOFF_S, next_reschedule, tcp_pause
+from .tcp_backoff import TCP_WINDOW_MAX_BACKOFF_S, next_reschedule, tcp_backoff
 from .window_settings import (
     MAX_WINDOW_MESSAGES,
     check_literal_window_settings,
@@ -60,6 +55,7 @@ if TYPE_CHECKING:
 
 XCOM_RETURN_KEY = "return_value"
 _METRICS = emitter("task")
+_WINDOW_INSTEAD = "opening a window instead (a short window redelivers the messages it sees)"
 
 Rejected = Literal["finish", "requeue"]
 
@@ -84,9 +80,8 @@ class NSQSensor(BaseSensorOperator):
     takes up to ``max_messages``). Its XCom value (``return_value``) is the list of those
     messages, each a dict: ``id``, ``body`` (str; base64 text when ``body_encoding ==
     "base64"``), ``body_encoding`` (``"utf-8"`` or ``"base64"``), ``attempts``,
-    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``;
-    and ``nsqd`` (the ``host:port`` that delivered it) when the connection reads from
-    several nsqds.
+    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``,
+    ``nsqd`` (the ``host:port`` that delivered it: a message ``id`` is unique per nsqd).
 
     NSQ as deployed: when the connection names nsqlookupds (``lookupd_http_addresses``)
     or several nsqds (``nsqd_tcp_addresses``), the check and the window cover every nsqd
@@ -197,11 +192,11 @@ class NSQSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self._batch: list[NSQMessage] = []
         self._records: list[dict[str, Any]] = []
-        # Without nsqd's HTTP API, poke mode: when the next window may open, and how many
-        # came back short in a row (each one redelivered what it saw). Reschedule mode:
-        # when to wake up for the next window (tcp_backoff.next_reschedule).
+        # Without nsqd's HTTP API, poke mode: when the next window may open, and the
+        # backoff while windows come back short in a row (each one redelivered what it
+        # saw). Reschedule mode: when to wake up for the next window (tcp_backoff).
         self._next_tcp_window = 0.0
-        self._short_tcp_windows = 0
+        self._tcp_backoff: Backoff | None = None
         self._reschedule_at: datetime.datetime | None = None
         self._poke_started: datetime.datetime | None = None
         self._metric_tags: dict[str, Any] = {}
@@ -270,12 +265,8 @@ class NSQSensor(BaseSensorOperator):
             return None
         try:
             return self.hook.channel_depth(self.topic, self.channel)
-        except (NSQConnectionError, NSQTimeoutError, NSQHTTPError, NSQProtocolError) as exc:
-            self.log.warning(
-                "nsqd's HTTP API could not be read (%s); opening a window instead (a short "
-                "window redelivers the messages it sees)",
-                exc,
-            )
+        except HTTP_UNREADABLE as exc:
+            self.log.warning("nsqd's HTTP API could not be read (%s); %s", exc, _WINDOW_INSTEAD)
             return None
 
     def _tcp_window_due(self, context: Context) -> bool:
@@ -295,7 +286,7 @@ class NSQSensor(BaseSensorOperator):
 
     def _after_tcp_window(self, ok: bool, context: Context) -> None:
         if ok:
-            self._short_tcp_windows = 0
+            self._tcp_backoff = None
             self._next_tcp_window = 0.0
             self._reschedule_at = None
             return
@@ -315,8 +306,9 @@ class NSQSensor(BaseSensorOperator):
                 self._reschedule_at.isoformat(),
             )
             return
-        self._short_tcp_windows += 1
-        pause = tcp_pause(self._short_tcp_windows, self.poke_interval, float(self.window))
+        if self._tcp_backoff is None:
+            self._tcp_backoff = tcp_backoff(self.poke_interval, float(self.window))
+        pause = self._tcp_backoff.next()
         self._next_tcp_window = time.monotonic() + pause
         self.log.info(
             "No HTTP API to check the channel: the next window opens in %gs at the earliest",
@@ -425,9 +417,7 @@ class NSQSensor(BaseSensorOperator):
         return accepted, rejected
 
     def _record(self, message: NSQMessage) -> dict[str, Any]:
-        # Over several nsqds, "nsqd" tells them apart (a message id is unique per nsqd).
-        nsqd = message.nsqd if self.hook.reads_topology else None
-        return message_record(message, self.topic, self.channel, nsqd=nsqd)
+        return message_record(message, self.topic, self.channel)
 
     def _deliver(self, context: Context) -> None:
         """Push the held batch to XCom, then FIN it; REQ it if the push fails."""

@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import datetime
 
+from ..client.backoff import Backoff
+
 #: The longest pause between two windows (unless poke_interval is longer).
 TCP_WINDOW_MAX_BACKOFF_S = 300.0
 
 
+def tcp_backoff(poke_interval: float, window: float) -> Backoff:
+    """The pauses after the 1st, 2nd ... short window in a row: ``max(poke_interval,
+    window) x 4, x 8 ...``, up to :data:`TCP_WINDOW_MAX_BACKOFF_S`."""
+    return Backoff(max(poke_interval, window) * 4, max(TCP_WINDOW_MAX_BACKOFF_S, poke_interval))
+
+
 def tcp_pause(short_windows: int, poke_interval: float, window: float) -> float:
     """Seconds to wait after ``short_windows`` short windows in a row (>= 1)."""
-    return min(
-        max(poke_interval, window) * 2 ** (short_windows + 1),
-        max(TCP_WINDOW_MAX_BACKOFF_S, poke_interval),
-    )
+    return tcp_backoff(poke_interval, window).nth(short_windows)
 
 
 def next_reschedule(

@@ -10,9 +10,9 @@ While Spark runs a batch that process is idle, waiting for Spark's next call, so
 thread owns the consumer (the project's consumer core, :class:`~..client.consumer.NSQConsumer`:
 every nsqd, found through nsqlookupd or listed, reconnects, one RDY budget): it reads
 (answering heartbeats, prefetching the next batch within the RDY window, joining nsqds
-that appear), TOUCHes messages held longer than half their msg_timeout, and runs the FIN
-the reader asks for. Only that thread touches the connections; when it stops, the
-consumer's ``close()`` REQs every message not FIN'd.
+that appear), keeps what is held in flight with the core's TOUCH policy
+(``touch_held()``), and runs the FIN the reader asks for. Only that thread touches the
+connections; when it stops, the consumer's ``close()`` REQs every message not FIN'd.
 
 Memory: everything in flight (held in batches, or prefetched) is bounded by the RDY window
 in messages, and the window is sized from the bodies seen so far so that it also holds
@@ -33,6 +33,7 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Protocol
 
+from ..client.consumer import Touched
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQError, NSQTimeoutError
 
@@ -48,9 +49,6 @@ class Consumer(Protocol):
     """What the holder uses of a consumer: the blocking consumer core's API
     (:class:`~..client.consumer.NSQConsumer`)."""
 
-    @property
-    def msg_timeout_ms(self) -> int: ...
-
     def start(self, max_in_flight: int) -> Any: ...
 
     def set_max_in_flight(self, max_in_flight: int) -> None: ...
@@ -61,7 +59,7 @@ class Consumer(Protocol):
 
     def finish(self, *messages: NSQMessage) -> None: ...
 
-    def touch(self, *messages: NSQMessage) -> None: ...
+    def touch_held(self) -> Touched: ...
 
     def close(self) -> None: ...
 
@@ -77,16 +75,6 @@ class _Chunk:
     def __init__(self, messages: list[NSQMessage], size: int) -> None:
         self.messages = messages
         self.size = size
-
-
-class _Delivery:
-    """Messages that arrived together, and when they were last (re)started in flight."""
-
-    __slots__ = ("messages", "touched")
-
-    def __init__(self, messages: list[NSQMessage], now: float) -> None:
-        self.messages = messages
-        self.touched = now
 
 
 class MessageHolder:
@@ -108,7 +96,6 @@ class MessageHolder:
         self._cond = threading.Condition()
         self._pending: deque[_Chunk] = deque()  # delivered, not yet in a batch
         self._pending_bytes = 0
-        self._deliveries: deque[_Delivery] = deque()  # everything not yet answered
         self._work: list[Callable[[], None]] = []
         self._failure: BaseException | None = None
         self._closing = False
@@ -177,37 +164,7 @@ class MessageHolder:
             while True:
                 self._raise_failure()
                 taken = len(batch)
-                full = False
-                pending = self._pending
-                while pending and not full:
-                    chunk = pending.popleft()
-                    self._pending_bytes -= chunk.size
-                    messages = chunk.messages
-                    if published_before is not None:
-                        messages = [m for m in messages if m.timestamp <= published_before]
-                    # The whole chunk when it fits (the usual case), else the part that does.
-                    fits = len(messages) <= max_messages - len(batch)
-                    chunk_size = chunk.size if len(messages) == len(chunk.messages) else -1
-                    if fits and chunk_size >= 0 and size + chunk_size <= max_bytes:
-                        batch += messages
-                        size += chunk_size
-                        # Exactly full: done, no waiting for a message that cannot fit.
-                        full = len(batch) >= max_messages or size >= max_bytes
-                        continue
-                    sizes = list(accumulate(map(len, map(_BODY, messages))))
-                    count = min(max_messages - len(batch), bisect_right(sizes, max_bytes - size))
-                    if not batch and not count and messages:
-                        count = 1  # one message bigger than max_bytes: a batch of its own
-                    batch += messages[:count]
-                    size += sizes[count - 1] if count else 0
-                    rest = messages[count:]
-                    if rest:
-                        full = True
-                        left = _Chunk(rest, sum(map(len, map(_BODY, rest))))
-                        pending.appendleft(left)
-                        self._pending_bytes += left.size
-                    if len(batch) >= max_messages or size >= max_bytes:
-                        full = True
+                size, full = self._fill(batch, size, max_messages, max_bytes, published_before)
                 if full:
                     break
                 now = time.monotonic()
@@ -220,6 +177,49 @@ class MessageHolder:
                     break
                 self._cond.wait(wait_until - now)
         return batch
+
+    def _fill(
+        self,
+        batch: list[NSQMessage],
+        size: int,
+        max_messages: int,
+        max_bytes: int,
+        published_before: int | None,
+    ) -> tuple[int, bool]:
+        """Move pending messages into ``batch`` (holding ``size`` bytes of bodies) up to
+        the bounds; the batch's size now, and whether it is full. Holds the lock."""
+        pending = self._pending
+        full = False
+        while pending and not full:
+            chunk = pending.popleft()
+            self._pending_bytes -= chunk.size
+            messages = chunk.messages
+            if published_before is not None:
+                messages = [m for m in messages if m.timestamp <= published_before]
+            # The whole chunk when it fits (the usual case), else the part that does.
+            fits = len(messages) <= max_messages - len(batch)
+            chunk_size = chunk.size if len(messages) == len(chunk.messages) else -1
+            if fits and chunk_size >= 0 and size + chunk_size <= max_bytes:
+                batch += messages
+                size += chunk_size
+                # Exactly full: done, no waiting for a message that cannot fit.
+                full = len(batch) >= max_messages or size >= max_bytes
+                continue
+            sizes = list(accumulate(map(len, map(_BODY, messages))))
+            count = min(max_messages - len(batch), bisect_right(sizes, max_bytes - size))
+            if not batch and not count and messages:
+                count = 1  # one message bigger than max_bytes: a batch of its own
+            batch += messages[:count]
+            size += sizes[count - 1] if count else 0
+            rest = messages[count:]
+            if rest:
+                full = True
+                left = _Chunk(rest, sum(map(len, map(_BODY, rest))))
+                pending.appendleft(left)
+                self._pending_bytes += left.size
+            if len(batch) >= max_messages or size >= max_bytes:
+                full = True
+        return size, full
 
     def finish(
         self, messages: list[NSQMessage], timeout: float = 30.0, *, wait: bool = True
@@ -270,7 +270,7 @@ class MessageHolder:
 
     def _pump(self) -> None:
         consumer = self._consumer
-        next_touch_check = 0.0
+        next_touch = 0.0
         try:
             while True:
                 with self._cond:
@@ -284,11 +284,10 @@ class MessageHolder:
                     consumer.set_max_in_flight(window)
                     self._window = window
                 now = time.monotonic()
-                if now >= next_touch_check:
-                    # Every nsqd's msg_timeout may differ, and nsqds join later (lookupd).
-                    touch_after = max(consumer.msg_timeout_ms / 2000.0, 0.5)
-                    self._touch_due(now - touch_after)
-                    next_touch_check = now + min(1.0, touch_after / 4)
+                if now >= next_touch:
+                    touched, next_in = consumer.touch_held()
+                    self.touches += touched > 0
+                    next_touch = now + next_in
                 got = consumer.read(POLL_INTERVAL_S)
                 if got:
                     size = sum(map(len, map(_BODY, got)))
@@ -297,7 +296,6 @@ class MessageHolder:
                     with self._cond:
                         self._pending.append(_Chunk(got, size))
                         self._pending_bytes += size
-                        self._deliveries.append(_Delivery(got, time.monotonic()))
                         self._cond.notify_all()
         except BaseException as exc:
             log.error("nsq: the stream reader's connection failed: %s", exc)
@@ -315,23 +313,6 @@ class MessageHolder:
             average = INITIAL_SIZE_GUESS
         return max(1, min(self._max_in_flight, int(self._max_bytes_in_flight / average)))
 
-    def _touch_due(self, before: float) -> None:
-        """TOUCH held messages last started in flight before ``before`` (restarting
-        their msg_timeout); forget deliveries that are fully answered."""
-        deliveries = self._deliveries
-        while deliveries and all(m._responded for m in deliveries[0].messages):
-            deliveries.popleft()
-        due = [d for d in deliveries if d.touched < before]
-        if not due:
-            return
-        now = time.monotonic()
-        held = [m for d in due for m in d.messages if not m._responded]
-        if held:
-            self._consumer.touch(*held)
-            self.touches += 1
-        for d in due:
-            d.touched = now
-
     def _shut_down(self) -> None:
         consumer = self._consumer
         with self._cond:
@@ -344,7 +325,7 @@ class MessageHolder:
         held = 0
         try:
             held = consumer.in_flight()  # what close() REQs: held, prefetched, unread
-            consumer.close()  # RDY 0 and CLS first, so nsqd does not hand them back
+            consumer.close()  # CLS first (RDY 0), so nsqd does not hand them back
             self.requeued = held
         except (NSQError, OSError) as exc:
             log.warning(

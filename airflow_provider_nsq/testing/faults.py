@@ -277,9 +277,19 @@ class _Side(asyncio.Protocol):
 class _Link:
     """One proxied connection: the client side, the server side and its faults."""
 
-    def __init__(self, proxy: FaultProxy, index: int, faults: Sequence[Fault]) -> None:
+    def __init__(
+        self,
+        proxy: FaultProxy,
+        index: int,
+        faults: Sequence[Fault],
+        *,
+        fired: list[tuple[int, Fault]],
+        forget: Callable[[_Link], None],
+    ) -> None:
         self.proxy = proxy
         self.index = index
+        self.fired = fired  # the proxy's record of every fault that fired
+        self.forget = forget  # tells the proxy this link is gone
         self.client = _Side(self, "to_server")
         self.server = _Side(self, "to_client")
         self.faults = list(faults)
@@ -352,7 +362,7 @@ class _Link:
             if count != fault.nth:
                 continue
             self.faults[i] = _FIRED
-            self.proxy._fired.append((self.index, fault))
+            self.fired.append((self.index, fault))
             if fault.where == "before":
                 return self._act(fault, raw)
             head = raw if fault.where == "after" else raw[: len(raw) // 2]
@@ -369,7 +379,7 @@ class _Link:
             if room > len(data):
                 continue
             self.faults[i] = _FIRED
-            self.proxy._fired.append((self.index, fault))
+            self.fired.append((self.index, fault))
             head, data = data[: max(room, 0)], data[max(room, 0) :]
             self._write(direction, head)
             self._act(fault, data)
@@ -431,7 +441,7 @@ class _Link:
         if self.closed:
             return
         self.closed = True
-        self.proxy._forget(self)
+        self.forget(self)
         for side in (self.client, self.server):
             if side.transport is None:
                 continue
@@ -534,7 +544,7 @@ class FaultProxy(ServiceOnLoop["FaultProxy"]):
         for other in list(self._links):
             if other.client_gone():
                 other.close("fin")
-        link = _Link(self, index, faults)
+        link = _Link(self, index, faults, fired=self._fired, forget=self._forget)
         self._links.add(link)
         self.active += 1
         self.peak_active = max(self.peak_active, self.active)

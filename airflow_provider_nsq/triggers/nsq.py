@@ -12,10 +12,10 @@ once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough. Eac
 costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
 growing pause.
 
-When the connection names nsqlookupds or several nsqds, both checks cover every nsqd that
-has the topic: the HTTP depth is summed over the producers nsqlookupd lists, and the TCP
-peek holds ``min_messages`` across all of them (one
-:class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`).
+Both checks cover every nsqd of the connection: with nsqlookupds, the HTTP depth is
+summed over the producers they list; the TCP peek is one
+:class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` that holds
+``min_messages`` across every nsqd it reads (one, for a connection that names one).
 
 Every wait is bounded: past ``deadline`` the trigger fires ``{"status": "timeout"}``
 itself, so the sensor's timeout holds even where the triggerer's own timeout is not
@@ -35,21 +35,16 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
-from ..client.consumer import AsyncNSQConsumer
-from ..client.nsqd_http import ChannelDepth
+from ..client import AsyncNSQConsumer, NSQMessage
+from ..client.backoff import Backoff
+from ..client.nsqd_http import HTTP_UNREADABLE
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
-from ..protocol.errors import (
-    NSQConnectionError,
-    NSQError,
-    NSQHTTPError,
-    NSQProtocolError,
-    NSQTimeoutError,
-    NSQTLSError,
-)
+from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
 from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
+#: The shortest pause between two checks (a poll_interval of 0 must not spin).
+MIN_INTERVAL_S = 0.1
 #: How much longer each wait after a short HTTP check is, up to HTTP_MAX_INTERVAL_S.
 HTTP_BACKOFF = 1.5
 HTTP_MAX_INTERVAL_S = 30.0
@@ -108,28 +103,18 @@ class NSQMessageTrigger(BaseTrigger):
         read_timeout: float = 30.0,
     ) -> None:
         super().__init__()
-        self.topic = topic
-        self.channel = channel
-        self.nsq_conn_id = nsq_conn_id
+        self.topic, self.channel, self.nsq_conn_id = topic, channel, nsq_conn_id
         self.min_messages = min_messages
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.read_timeout = read_timeout
-        self.connection: AsyncNSQConnection | None = None  # the live one, for tests
+        self.consumer: AsyncNSQConsumer | None = None  # the peek's, while it runs
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topic": self.topic,
-                "channel": self.channel,
-                "nsq_conn_id": self.nsq_conn_id,
-                "min_messages": self.min_messages,
-                "deadline": self.deadline,
-                "poll_interval": self.poll_interval,
-                "read_timeout": self.read_timeout,
-            },
-        )
+        # The keyword arguments are the attributes of the same names.
+        names = ("topic", "channel", "nsq_conn_id", "min_messages", "deadline")
+        kwargs = {name: getattr(self, name) for name in (*names, "poll_interval", "read_timeout")}
+        return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     # -- the wait ------------------------------------------------------------------------
 
@@ -150,13 +135,17 @@ class NSQMessageTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
         try:
-            config = await hook.aget_client_config()
+            await hook.aget_client_config()
             hook.get_http_api()  # settings errors now, not at the first check
         except NSQError as exc:
             yield TriggerEvent({"status": "error", "message": str(exc)})
             return
-        interval = self.poll_interval
-        reconnect = _RECONNECT_START_S
+        first = max(self.poll_interval, MIN_INTERVAL_S)
+        pauses = {
+            "http": Backoff(first, max(HTTP_MAX_INTERVAL_S, first), HTTP_BACKOFF),
+            "tcp": Backoff(first, max(TCP_MAX_INTERVAL_S, first), TCP_BACKOFF),
+        }
+        reconnect = Backoff(_RECONNECT_START_S, _RECONNECT_MAX_S)
         last_ready: int | None = None
         while True:
             remaining = self._remaining()
@@ -170,65 +159,59 @@ class NSQMessageTrigger(BaseTrigger):
                 )
                 yield self._event("timeout", ready=last_ready)
                 return
-            depth = await self._http_depth(hook)
             try:
-                if depth is not None:
-                    last_ready, checked_by = depth.ready, "http"
-                elif hook.reads_topology:
-                    last_ready, checked_by = await self._peek_all(hook, remaining), "tcp"
-                else:
-                    last_ready, checked_by = await self._peek(config, remaining), "tcp"
-            except NSQTLSError as exc:  # a settings problem: retrying will not fix it
-                yield TriggerEvent({"status": "error", "message": str(exc)})
-                return
+                last_ready, checked_by = await self._check(hook, remaining)
             except (NSQConnectionError, NSQTimeoutError) as exc:
+                if isinstance(exc, NSQTLSError):  # a settings problem: retrying will not fix it
+                    yield TriggerEvent({"status": "error", "message": str(exc)})
+                    return
+                wait = reconnect.next()
                 self.log.warning(
-                    "NSQ connection to %s lost while waiting on %s/%s (%s); retrying in %gs",
-                    config.address,
+                    "NSQ connection lost while waiting on %s/%s (%s); retrying in %gs",
                     self.topic,
                     self.channel,
                     exc,
-                    reconnect,
+                    wait,
                 )
-                await self._sleep(reconnect)
-                reconnect = min(reconnect * 2, _RECONNECT_MAX_S)
+                await self._sleep(wait)
                 continue
             except NSQError as exc:
                 yield TriggerEvent({"status": "error", "message": str(exc)})
                 return
-            reconnect = _RECONNECT_START_S
+            reconnect.reset()
             _METRICS.incr(f"nsq.sensor.checks.{checked_by}", topic=self.topic, channel=self.channel)
             if checked_by == "http":
                 _METRICS.gauge(
                     "nsq.sensor.depth", last_ready, topic=self.topic, channel=self.channel
                 )
             if last_ready >= self.min_messages:
-                self.log.info(
-                    "%s message(s) ready on %s/%s (%s needed, checked by %s)",
-                    last_ready,
-                    self.topic,
-                    self.channel,
-                    self.min_messages,
-                    checked_by,
-                )
-                yield self._event("ready", ready=last_ready, checked_by=checked_by)
+                yield self._ready(last_ready, checked_by)
                 return
-            self.log.info(
-                "%s of %s message(s) ready on %s/%s (checked by %s); next check in %gs",
-                last_ready,
-                self.min_messages,
-                self.topic,
-                self.channel,
-                checked_by,
-                interval,
-            )
-            await self._sleep(interval)
-            if checked_by == "http":
-                interval = min(
-                    interval * HTTP_BACKOFF, max(HTTP_MAX_INTERVAL_S, self.poll_interval)
-                )
-            else:
-                interval = min(interval * TCP_BACKOFF, max(TCP_MAX_INTERVAL_S, self.poll_interval))
+            await self._pause(pauses[checked_by].next(), last_ready, checked_by)
+
+    def _ready(self, ready: int, checked_by: str) -> TriggerEvent:
+        self.log.info(
+            "%s message(s) ready on %s/%s (%s needed, checked by %s)",
+            ready,
+            self.topic,
+            self.channel,
+            self.min_messages,
+            checked_by,
+        )
+        return self._event("ready", ready=ready, checked_by=checked_by)
+
+    async def _pause(self, seconds: float, ready: int, checked_by: str) -> None:
+        """Wait before the next check (longer after each short one)."""
+        self.log.info(
+            "%s of %s message(s) ready on %s/%s (checked by %s); next check in %gs",
+            ready,
+            self.min_messages,
+            self.topic,
+            self.channel,
+            checked_by,
+            seconds,
+        )
+        await self._sleep(seconds)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but never past the deadline."""
@@ -237,45 +220,42 @@ class NSQMessageTrigger(BaseTrigger):
             seconds = min(seconds, max(remaining, 0.0))
         await asyncio.sleep(seconds)
 
-    async def _http_depth(self, hook: NSQHook) -> ChannelDepth | None:
-        """The channel's depth from nsqd's HTTP API; None when it is not configured or
-        cannot be read (then a TCP peek is the fallback)."""
+    async def _check(self, hook: NSQHook, remaining: float | None) -> tuple[int, str]:
+        """How many messages are ready, and how that was learnt: nsqd's ``/stats`` when
+        the connection names its HTTP API and it answers, else a TCP peek."""
         try:
-            return await hook.achannel_depth(self.topic, self.channel)
-        except (NSQConnectionError, NSQTimeoutError, NSQHTTPError, NSQProtocolError) as exc:
+            depth = await hook.achannel_depth(self.topic, self.channel)
+        except HTTP_UNREADABLE as exc:
             self.log.warning(
                 "nsqd's HTTP API could not be read (%s); peeking over TCP instead (each peek "
                 "redelivers the messages it sees)",
                 exc,
             )
-            return None
+            depth = None
+        if depth is not None:
+            return depth.ready, "http"
+        return await self._peek(hook, remaining), "tcp"
 
-    def _hold_s(
-        self, msg_timeout_ms: object, config: ClientConfig, remaining: float | None
-    ) -> float:
-        """How long a peek may hold messages: a share of nsqd's msg_timeout, never past
-        the deadline."""
-        if not isinstance(msg_timeout_ms, int) or msg_timeout_ms <= 0:
-            msg_timeout_ms = config.msg_timeout_ms or 60_000
-        hold = msg_timeout_ms / 1000 * HOLD_SHARE_OF_MSG_TIMEOUT
-        return hold if remaining is None else min(hold, remaining)
-
-    async def _peek_all(self, hook: NSQHook, remaining: float | None) -> int:
-        """:meth:`_peek` over every nsqd of the connection (through nsqlookupd when it
-        names any): ``min_messages`` shared as one in-flight budget."""
-        consumer = AsyncNSQConsumer(self.topic, self.channel, **hook.consumer_options())
+    async def _peek(self, hook: NSQHook, remaining: float | None) -> int:
+        """Hold up to ``min_messages`` deliveries (one in-flight budget over every nsqd of
+        the connection, found through nsqlookupd when it names any) until that many came
+        or the hold ends, then hand them all back; how many there were."""
+        consumer = self.consumer = AsyncNSQConsumer(
+            self.topic, self.channel, **hook.consumer_options()
+        )
         held: list[NSQMessage] = []
         try:
             await consumer.start(self.min_messages)
-            conns = list(consumer.connections.values())
-            shortest = min((c.server_info.get("msg_timeout") or 0 for c in conns), default=0)
-            ends = time.monotonic() + self._hold_s(shortest, consumer.config, remaining)
+            # A share of nsqd's msg_timeout: handed back before nsqd would time them out.
+            hold = consumer.msg_timeout_ms / 1000 * HOLD_SHARE_OF_MSG_TIMEOUT
+            hold = hold if remaining is None else min(hold, remaining)
+            ends = time.monotonic() + hold
             self.log.info(
                 "Peeking at %s/%s on %s nsqd(s) for up to %.0fs",
                 self.topic,
                 self.channel,
-                len(conns),
-                ends - time.monotonic(),
+                len(consumer.connections),
+                hold,
             )
             while len(held) < self.min_messages:
                 left = ends - time.monotonic()
@@ -286,37 +266,7 @@ class NSQMessageTrigger(BaseTrigger):
             consumer.requeue(*held)
             return len(held)
         finally:
-            await consumer.close()  # also on cancellation; REQs anything still held
-
-    async def _peek(self, config: ClientConfig, remaining: float | None) -> int:
-        """Hold up to ``min_messages`` deliveries until that many came or the hold ends,
-        then hand them all back; how many there were."""
-        conn = self.connection = AsyncNSQConnection(config)
-        held: list[NSQMessage] = []
-        try:
-            await conn.connect()
-            hold = self._hold_s(conn.server_info.get("msg_timeout"), config, remaining)
-            ends = time.monotonic() + hold
-            await conn.subscribe(self.topic, self.channel)
-            conn.ready(min(self.min_messages, conn.max_rdy_count))
-            self.log.info(
-                "Peeking at %s/%s on %s for up to %.0fs",
-                self.topic,
-                self.channel,
-                config.address,
-                hold,
-            )
-            while len(held) < self.min_messages:
-                left = ends - time.monotonic()
-                if left <= 0:
-                    break
-                held += await conn.read_messages(min(left, self.read_timeout))
-            conn.ready(0)  # before the REQ, so nsqd does not hand them straight back
-            if held:
-                conn.requeue(*held, delay_ms=0)
-            return len(held)
-        finally:
-            # Also on cancellation: the connection never outlives the trigger, and
+            # Also on cancellation: the connections never outlive the trigger, and
             # close() REQs anything still held.
-            await conn.close()
-            self.connection = None
+            await consumer.close()
+            self.consumer = None

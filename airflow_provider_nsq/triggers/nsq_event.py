@@ -48,13 +48,13 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from ..client import AsyncNSQConnection, ClientConfig, NSQMessage
+from ..client import AsyncNSQConnection, AsyncNSQConsumer, ClientConfig, NSQMessage
+from ..client.backoff import Backoff
 from ..client.consumer import (
     DEFAULT_LOOKUPD_POLL_INTERVAL_S,
     RECONNECT_MAX_S,
     RECONNECT_START_S,
     UNREACHABLE,
-    AsyncNSQConsumer,
 )
 from ..client.records import MessageFilter, import_callable, message_record
 from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
@@ -90,9 +90,6 @@ except ImportError:  # pragma: no cover - Airflow 3.0-3.2
 log = logging.getLogger(__name__)
 _METRICS = emitter("triggerer")
 
-#: TOUCH outstanding messages this many times per msg_timeout.
-_TOUCHES_PER_TIMEOUT = 3
-
 #: ``max_in_flight`` when not given: this, or ``batch_size`` when larger (a batch can only
 #: hold messages in flight).
 DEFAULT_MAX_IN_FLIGHT = 100
@@ -118,7 +115,7 @@ async def _start_consumer(
     """
     await hook.aget_client_config()  # consumer_options() then reads the cached settings
     options = hook.consumer_options()
-    backoff = RECONNECT_START_S
+    backoff = Backoff(RECONNECT_START_S, RECONNECT_MAX_S)
     while True:
         consumer = AsyncNSQConsumer(
             topic, channel, lookupd_poll_interval=lookupd_poll_interval, **options
@@ -130,14 +127,22 @@ async def _start_consumer(
             raise  # every nsqd refused the TLS handshake: retrying will not fix it
         except UNREACHABLE as exc:
             await consumer.close()
-            log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, RECONNECT_MAX_S)
+            wait = backoff.next()
+            log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, wait)
+            await asyncio.sleep(wait)
             continue
         except BaseException:
             await consumer.close()  # also on cancellation
             raise
         break
+    _report_start(consumer, max_in_flight, options["lookupd_http_addresses"])
+    return consumer
+
+
+def _report_start(consumer: AsyncNSQConsumer, max_in_flight: int, lookupds: list[str]) -> None:
+    """Log where a started consumer reads from, and warn when the nsqds cannot hold
+    ``max_in_flight``."""
+    topic, channel = consumer.topic, consumer.channel
     connections = consumer.connections
     capacity = sum(c.max_rdy_count for c in connections.values())
     if connections and max_in_flight > capacity:
@@ -157,13 +162,10 @@ async def _start_consumer(
         "Reading %s/%s from %s (max in flight %s): %s",
         topic,
         channel,
-        f"nsqlookupd {', '.join(options['lookupd_http_addresses'])}"
-        if options["lookupd_http_addresses"]
-        else "the connection's nsqd(s)",
+        f"nsqlookupd {', '.join(lookupds)}" if lookupds else "the connection's nsqd(s)",
         max_in_flight,
         ", ".join(connections) or "no nsqd has the topic yet",
     )
-    return consumer
 
 
 class _DeadLetters:
@@ -231,8 +233,8 @@ class NSQEventStreamProducer(SharedStreamProducer):
     an :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`); answers
     nsqd only in :meth:`settle` (through :meth:`advance` in ack mode), after Airflow
     stored every event derived from the batch, on the nsqd that delivered each message.
-    Meanwhile it TOUCHes the messages it holds (collecting or waiting for the store) a
-    few times per msg_timeout, so nsqd does not redeliver them early.
+    Meanwhile the consumer core TOUCHes the messages it holds (collecting or waiting for
+    the store; ``touch_held()``), so nsqd does not redeliver them early.
 
     Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
     and ignored here).
@@ -267,29 +269,14 @@ class NSQEventStreamProducer(SharedStreamProducer):
             to_record=self._record,
         )
         self.consumer: AsyncNSQConsumer | None = None
-        # Delivered, not yet answered (collecting, or handed out): the message and the
-        # connection it came on (to stop touching it once that connection is gone).
-        self._outstanding: dict[tuple[str, str], tuple[NSQMessage, AsyncNSQConnection | None]] = {}
         self._dead_letters: _DeadLetters | None = None
         self._toucher: asyncio.Task[None] | None = None
 
     def _record(self, message: NSQMessage) -> dict[str, Any]:
-        return message_record(message, self.topic, self.channel, nsqd=message.nsqd or "")
+        return message_record(message, self.topic, self.channel)
 
     def _tags(self) -> dict[str, str]:
         return {"topic": self.topic, "channel": self.channel}
-
-    async def _read(self, timeout: float) -> list[NSQMessage]:
-        """The consumer's deliveries within ``timeout`` seconds, held (and TOUCHed) from
-        now until they are answered."""
-        assert self.consumer is not None
-        messages = await self.consumer.read(timeout)
-        _METRICS.incr("nsq.event.received", len(messages), **self._tags())
-        connections = self.consumer.connections  # each message's own, at delivery
-        for message in messages:
-            nsqd = message.nsqd or ""
-            self._outstanding[(nsqd, message.id)] = (message, connections.get(nsqd))
-        return messages
 
     async def open_stream(self) -> AsyncGenerator[tuple[MessageBatch, MessageBatch], None]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
@@ -300,9 +287,11 @@ class NSQEventStreamProducer(SharedStreamProducer):
         self.consumer = await _start_consumer(
             hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
         )
-        self._toucher = asyncio.create_task(self._touch_outstanding())
+        self._toucher = asyncio.create_task(self._keep_held_alive())
         while True:
-            batch = await self.batcher.next_batch(self._read)
+            # What the consumer delivers stays held (and TOUCHed) until it is answered.
+            batch = await self.batcher.next_batch(self.consumer.read)
+            _METRICS.incr("nsq.event.received", len(batch.messages), **self._tags())
             # The batch is both the raw event (its records, and the marks each trigger's
             # filter leaves on it) and what settling it needs.
             yield batch, batch
@@ -347,10 +336,6 @@ class NSQEventStreamProducer(SharedStreamProducer):
             _METRICS.timing("nsq.event.delay", time.time() - oldest_ns / 1e9, **self._tags())
         answered = {"finished": 0, "requeued": 0, "dead_lettered": 0}
         for index, message in enumerate(batch.messages):
-            key = (message.nsqd or "", message.id)
-            held = self._outstanding.get(key)
-            if held is not None and held[0] is message:  # not a later redelivery
-                del self._outstanding[key]
             finish = done
             if done and not batch.accepted(index) and self._dead_letters is not None:
                 finish = await self._dead_letters.publish(message, message.nsqd or "")
@@ -364,23 +349,12 @@ class NSQEventStreamProducer(SharedStreamProducer):
         for what, count in answered.items():
             _METRICS.incr(f"nsq.event.{what}", count, **self._tags())
 
-    async def _touch_outstanding(self) -> None:
-        while True:
-            consumer = self.consumer
-            if consumer is None:
-                return
-            await asyncio.sleep(max(consumer.msg_timeout_ms / 1000 / _TOUCHES_PER_TIMEOUT, 0.2))
-            live = {id(c) for c in consumer.connections.values()}
-            for key, (message, conn) in list(self._outstanding.items()):
-                if message.responded or id(conn) not in live:
-                    # Answered, or its connection is gone (nsqd redelivers it after
-                    # msg_timeout): nothing left to touch.
-                    del self._outstanding[key]
-            if self._outstanding:
-                try:
-                    consumer.touch(*(m for m, _ in self._outstanding.values()))
-                except NSQError as exc:
-                    log.debug("TOUCH failed (%s): nsqd redelivers after msg_timeout", exc)
+    async def _keep_held_alive(self) -> None:
+        """TOUCH what the stream holds (collecting, or waiting for the store) as the
+        consumer core decides (``touch_held()``), until cancelled."""
+        while self.consumer is not None:
+            _, next_in = self.consumer.touch_held()
+            await asyncio.sleep(next_in)
 
     async def aclose(self) -> None:
         """Stop touching; REQ what is still unanswered (redelivered at once); close."""
@@ -393,11 +367,10 @@ class NSQEventStreamProducer(SharedStreamProducer):
                 pass
         consumer, self.consumer = self.consumer, None
         if consumer is not None:
-            await consumer.close()  # RDY 0, CLS, REQ every unanswered message, close
+            await consumer.close()  # CLS (RDY 0), REQ every unanswered message, close
         dead_letters, self._dead_letters = self._dead_letters, None
         if dead_letters is not None:
             await dead_letters.close()
-        self._outstanding.clear()
 
 
 class NSQEventTrigger(BaseEventTrigger):

@@ -33,7 +33,7 @@ from .conftest import (
 )
 
 DAGS = TEST_DAGS / "nsq_sensor_dags.py"
-RECORD_KEYS = {"id", "body", "body_encoding", "attempts", "timestamp", "topic", "channel"}
+RECORD_KEYS = {"id", "body", "body_encoding", "attempts", "timestamp", "topic", "channel", "nsqd"}
 
 
 class FakeTI:
@@ -271,6 +271,7 @@ def test_rejected_messages_requeued_with_delay_and_accepted_ones_finished_after_
     assert [decode_record_body(r) for r in records] == [b"a", b"\xff\x00binary"]
     assert [r["body_encoding"] for r in records] == ["utf-8", "base64"]
     assert all(set(r) == RECORD_KEYS and r["channel"] == "etl" for r in records)
+    assert {r["nsqd"] for r in records} == {nsqd.tcp_address}  # one nsqd: named all the same
     nsqd.wait_for(lambda: nsqd.channel_stats(nsq_topic, "etl")["deferred_count"] == 1)
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "etl"))  # accepted ones FIN'd
 

@@ -101,7 +101,7 @@ def test_cancelling_closes_the_connection(nsqd, nsq_default_tcp_only, nsq_topic)
             await task
 
     asyncio.run(scenario())
-    assert trigger.connection is None
+    assert trigger.consumer is None
     nsqd.wait_for(lambda: subscribers() == 0)
 
 

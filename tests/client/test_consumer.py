@@ -464,6 +464,36 @@ def test_pause_touch_and_close_requeues_what_is_held(mode, nsq_topology, nsq_top
     wait_settled(topology, nsq_topic, depth=8)  # REQ'd at close, not after a timeout
 
 
+def test_touch_held_keeps_what_is_held_in_flight_past_msg_timeout(
+    mode, nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=2)
+    publish_spread(topology, nsq_topic, [2, 2])
+    config = ClientConfig(msg_timeout_ms=1000, heartbeat_interval_ms=1000)
+    consumer = make(mode, nsq_topic, config=config, nsqd_tcp_addresses=topology.nsqd_tcp_addresses)
+    touched = 0
+    try:
+        consumer.start(4)
+        held = read_until(consumer, 4)
+        assert len(held) == 4
+        # Held, unanswered, for 3 msg_timeouts: only the core's TOUCH policy keeps them.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            count, next_in = consumer.touch_held()
+            touched += count
+            assert 0 < next_in <= 1 / 3 + 0.01  # a third of the shortest msg_timeout
+            consumer.pump()
+            time.sleep(min(next_in, 0.1))
+        stats = [n.channel_stats(nsq_topic, "c") for n in topology.nsqds]
+        assert [(s["in_flight_count"], s["timeout_count"]) for s in stats] == [(2, 0), (2, 0)]
+        assert touched >= 4 * 6  # every message, about three times a second
+        consumer.finish(*held)
+        assert consumer.touch_held().touched == 0  # answered: nothing is held any more
+    finally:
+        consumer.close()
+    wait_settled(topology, nsq_topic)
+
+
 def test_a_long_lived_consumer_follows_lookupd(mode, nsq_topology, nsq_topic) -> None:
     topology = nsq_topology(n=2)
     topology.nsqds[0].create_channel(nsq_topic, "c")
