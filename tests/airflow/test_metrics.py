@@ -61,3 +61,53 @@ def test_a_deferred_sensors_checks_count_as_the_sensors(mocker, nsqd, nsq_defaul
     tags = {"topic": nsq_topic, "channel": "etl"}
     stats.incr.assert_called_once_with("nsq.sensor.checks.http", 1, tags=tags)
     stats.gauge.assert_called_once_with("nsq.sensor.depth", 1, tags=tags)
+
+
+def test_the_event_trigger_counts_its_messages(mocker, nsqd, nsq_default, nsq_topic):
+    import asyncio
+    from collections import Counter
+
+    from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
+
+    stats = mocker.Mock()
+    mocker.patch.object(metrics, "_triggerer_stats", return_value=stats)
+    nsqd.create_channel(nsq_topic, "airflow")
+    for body in (b"x", b"spam y"):
+        nsqd.http_publish(nsq_topic, body)
+    trigger = NSQEventTrigger(
+        topic=nsq_topic,
+        channel="airflow",
+        batch_size=2,
+        batch_timeout=1.0,
+        min_event_interval=0,
+        message_filter="tests.airflow.event_filters.not_spam",
+        dead_letter_topic=f"dead_{nsq_topic[-8:]}",
+    )
+
+    def drained() -> bool:
+        channel = nsqd.channel_stats(nsq_topic, "airflow") or {}
+        return channel.get("depth") == 0 and channel.get("in_flight_count") == 0
+
+    async def scenario() -> None:
+        events = trigger.run()
+        event = await asyncio.wait_for(events.__anext__(), 15)
+        assert [r["body"] for r in event.payload["messages"]] == ["x"]
+        pending = asyncio.ensure_future(events.__anext__())  # resumes: settles the batch
+        await asyncio.to_thread(nsqd.wait_for, drained, 20)
+        pending.cancel()
+        await asyncio.gather(pending, return_exceptions=True)
+        await events.aclose()
+
+    asyncio.run(scenario())
+    counts: Counter[str] = Counter()
+    for call in stats.incr.call_args_list:
+        name, count = call.args
+        assert call.kwargs["tags"] == {"topic": nsq_topic, "channel": "airflow"}
+        counts[name] += count
+    assert counts == {
+        "nsq.event.received": 2,
+        "nsq.event.finished": 2,
+        "nsq.event.dead_lettered": 1,
+    }
+    ((name, delay), _) = stats.timing.call_args
+    assert name == "nsq.event.delay" and delay.total_seconds() > 0
