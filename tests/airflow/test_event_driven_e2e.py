@@ -91,21 +91,90 @@ class Airflow(RealAirflow):
         return by_event
 
 
-@pytest.fixture
-def airflow(nsqd, tmp_path) -> Iterator[Airflow]:
+class Scenario:
+    """One real Airflow running the example DAG for every test of this module (started
+    once: it takes most of a minute), what the tests measured, and the waits they share."""
+
+    def __init__(self, nsqd, airflow: Airflow, topic: str, results_topic: str) -> None:
+        self.nsqd = nsqd
+        self.airflow = airflow
+        self.topic = topic
+        self.results_topic = results_topic
+        self.published: set[int] = set()  # every number published so far
+        self.lost: set[int] = set()  # lost across the triggerer kill (Airflow < 3.3 only)
+        self.figures: list[str] = []
+
+    def publish(self, numbers: range | list[int] | set[int], pause: float = 0.0) -> float:
+        self.published |= set(numbers)
+        return _publish(self.nsqd, self.topic, sorted(numbers), pause)
+
+    def drained(self) -> bool:
+        c = self.nsqd.channel_stats(self.topic, CHANNEL) or {}
+        return c.get("depth") == 0 and c.get("in_flight_count") == 0
+
+    def events_by_number(self) -> dict[int, list[int]]:
+        found: dict[int, list[int]] = {}
+        for event_id, payload, _ in self.airflow.asset_events():
+            for n in _numbers(payload):
+                found.setdefault(n, []).append(event_id)
+        return found
+
+    def run_everything(self, numbers: set[int], timeout: float) -> None:
+        """Wait until every message in ``numbers`` is in an asset event that a
+        successful DAG run consumed, every run has finished and the channel is drained.
+        Nothing else is published meanwhile: a message whose event the scheduler left
+        to a later run (Airflow 3.3, docs/event-driven.md) would fail this."""
+        airflow = self.airflow
+        deadline = time.monotonic() + timeout
+        while True:
+            airflow.check_alive()
+            runs = airflow.dag_runs()
+            consumed = airflow.runs_of_events()
+            found = self.events_by_number()
+            missing = numbers - set(found)
+            waiting = {
+                n for n in numbers & set(found) if not any(consumed.get(e) for e in found[n])
+            }
+            unfinished = {r for r, run in runs.items() if run["state"] not in ("success", "failed")}
+            if not missing and not waiting and not unfinished and self.drained():
+                failed = {r for r, run in runs.items() if run["state"] != "success"}
+                assert not failed, f"DAG runs {sorted(failed)} failed"
+                return
+            if time.monotonic() > deadline:
+                queued = airflow.query("SELECT COUNT(*) FROM asset_dag_run_queue")
+                raise AssertionError(
+                    f"{len(missing)} message(s) have no asset event ({sorted(missing)[:10]}), "
+                    f"{len(waiting)} reached no DAG run ({sorted(waiting)[:10]}); "
+                    f"runs not finished: {sorted(unfinished)}; queued run entries: {queued}; "
+                    f"channel: {self.nsqd.channel_stats(self.topic, CHANNEL)}"
+                )
+            time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def scenario(nsqd, tmp_path_factory) -> Iterator[Scenario]:
     topic = f"orders_{secrets.token_hex(4)}"
     topics = {"NSQ_EVENTS_TOPIC": topic, "NSQ_RESULTS_TOPIC": f"{topic}_results"}
     # Durable channels from the start: nothing published before a subscriber is lost.
     nsqd.create_channel(topic, CHANNEL)
     nsqd.create_channel(topics["NSQ_RESULTS_TOPIC"], "check")
-    instance = Airflow(tmp_path, nsqd, topics)
-    instance.topic = topic  # type: ignore[attr-defined]
-    instance.results_topic = topics["NSQ_RESULTS_TOPIC"]  # type: ignore[attr-defined]
-    instance.migrate()
+    airflow = Airflow(tmp_path_factory.mktemp("event-driven"), nsqd, topics)
+    airflow.migrate()
     try:
+        airflow.start_all()
+
+        def subscribed() -> bool:
+            airflow.check_alive()
+            errors = airflow.query("SELECT stacktrace FROM import_error")
+            assert not errors, f"the example DAG does not import: {errors[0][0]}"
+            return bool((nsqd.channel_stats(topic, CHANNEL) or {}).get("clients"))
+
+        wait_until("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
+        instance = Scenario(nsqd, airflow, topic, topics["NSQ_RESULTS_TOPIC"])
         yield instance
+        print("\nNSQ event-driven e2e: " + " ".join(instance.figures))
     finally:
-        instance.stop_all()
+        airflow.stop_all()
 
 
 def _publish(nsqd, topic: str, numbers: range | list[int], pause: float = 0.0) -> float:
@@ -155,66 +224,15 @@ class Stage:
         )
 
 
-def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
-    topic = airflow.topic
-    airflow.start_all()
-
-    def subscribed() -> bool:
-        airflow.check_alive()
-        errors = airflow.query("SELECT stacktrace FROM import_error")
-        assert not errors, f"the example DAG does not import: {errors[0][0]}"
-        return bool((nsqd.channel_stats(topic, CHANNEL) or {}).get("clients"))
-
-    wait_until("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
-
-    def drained() -> bool:
-        c = nsqd.channel_stats(topic, CHANNEL) or {}
-        return c.get("depth") == 0 and c.get("in_flight_count") == 0
-
-    def events_by_number() -> dict[int, list[int]]:
-        found: dict[int, list[int]] = {}
-        for event_id, payload, _ in airflow.asset_events():
-            for n in _numbers(payload):
-                found.setdefault(n, []).append(event_id)
-        return found
-
-    def run_everything(numbers: set[int], timeout: float) -> None:
-        """Wait until every message in ``numbers`` is in an asset event that a
-        successful DAG run consumed, every run has finished and the channel is drained.
-        Nothing else is published meanwhile: a message whose event the scheduler left
-        to a later run (Airflow 3.3, docs/event-driven.md) would fail this."""
-        deadline = time.monotonic() + timeout
-        while True:
-            airflow.check_alive()
-            runs = airflow.dag_runs()
-            consumed = airflow.runs_of_events()
-            found = events_by_number()
-            missing = numbers - set(found)
-            waiting = {
-                n for n in numbers & set(found) if not any(consumed.get(e) for e in found[n])
-            }
-            unfinished = {r for r, run in runs.items() if run["state"] not in ("success", "failed")}
-            if not missing and not waiting and not unfinished and drained():
-                failed = {r for r, run in runs.items() if run["state"] != "success"}
-                assert not failed, f"DAG runs {sorted(failed)} failed"
-                return
-            if time.monotonic() > deadline:
-                queued = airflow.query("SELECT COUNT(*) FROM asset_dag_run_queue")
-                raise AssertionError(
-                    f"{len(missing)} message(s) have no asset event ({sorted(missing)[:10]}), "
-                    f"{len(waiting)} reached no DAG run ({sorted(waiting)[:10]}); "
-                    f"runs not finished: {sorted(unfinished)}; queued run entries: {queued}; "
-                    f"channel: {nsqd.channel_stats(topic, CHANNEL)}"
-                )
-            time.sleep(1)
-
-    # -- 0. latency, one message at a time: publish -> asset event -> DAG run started -----
+def test_single_messages_each_start_a_dag_run(scenario):
+    """Publish -> asset event -> DAG run started, one message at a time."""
     to_event, to_run = [], []
     for n in (900, 901, 902):
-        sent = _publish(nsqd, topic, [n])
+        sent = scenario.publish([n])
 
         def probe_ran(n: int = n) -> tuple[float, float] | None:
-            ids = events_by_number().get(n)
+            airflow = scenario.airflow
+            ids = scenario.events_by_number().get(n)
             if not ids:
                 return None
             stored = {e: t for e, _, t in airflow.asset_events()}[ids[0]]
@@ -229,73 +247,98 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
         stored, begun = wait_until(f"message {n} starts a DAG run", probe_ran, 120, interval=0.1)
         to_event.append(stored - sent)
         to_run.append(begun - sent)
-    run_everything({900, 901, 902}, 240)
+    scenario.run_everything({900, 901, 902}, 240)
+    scenario.figures.append(
+        f"publish->asset event {', '.join(f'{t:.2f}' for t in to_event)}s; "
+        f"publish->DAG run started {', '.join(f'{t:.2f}' for t in to_run)}s."
+    )
 
-    # -- 1. a burst of 200, then 50 one by one: every message reaches a DAG run -----------
+
+def test_a_burst_of_200_then_50_one_by_one_all_reach_dag_runs(nsqd, scenario):
+    """No flush messages: batching and the event spacing leave no tail behind."""
     burst = set(range(200))
-    published = _publish(nsqd, topic, sorted(burst))
-    run_everything(burst, 300)
-    burst_stage = Stage(airflow, burst, published)
+    published = scenario.publish(burst)
+    scenario.run_everything(burst, 300)
+    burst_stage = Stage(scenario.airflow, burst, published)
     singles = set(range(200, 250))
-    published = _publish(nsqd, topic, sorted(singles), pause=0.1)
-    run_everything(singles, 300)
-    singles_stage = Stage(airflow, singles, published)
-    for _, payload, _ in airflow.asset_events():
+    published = scenario.publish(singles, pause=0.1)
+    scenario.run_everything(singles, 300)
+    singles_stage = Stage(scenario.airflow, singles, published)
+    for _, payload, _ in scenario.airflow.asset_events():
         assert payload["count"] == len(payload["messages"]) >= 1
         for record in payload["messages"]:
             assert (record["topic"], record["channel"], record["nsqd"]) == (
-                topic,
+                scenario.topic,
                 CHANNEL,
                 nsqd.tcp_address,
             )
             assert set(record) >= {"id", "body", "body_encoding", "attempts", "timestamp"}
+    scenario.figures.append(
+        f"Burst of 200: {burst_stage}. 50 one by one (0.1 s apart): {singles_stage}."
+    )
 
-    # -- 2. kill the triggerer with messages pending; publish while it is down; restart ---
-    _publish(nsqd, topic, range(1100, 1150))
+
+def test_a_killed_triggerer_loses_no_message(nsqd, scenario):
+    """SIGKILL the triggerer (its whole process group) with a batch stored but not yet
+    FINished; publish while it is down; restart it: every message still arrives."""
+    airflow = scenario.airflow
+    first = set(range(1100, 1150))
+    scenario.publish(first)
 
     def stored_numbers() -> set[int]:
-        return set(events_by_number()) & set(range(1100, 1150))
+        return set(scenario.events_by_number()) & first
 
     def mid_batch() -> bool:
         # Ideally the batch's event stored and its messages not FINished yet (the store
         # is confirmed to the trigger on a later sync); if it finished first, kill anyway.
         stored = stored_numbers()
-        in_flight = (nsqd.channel_stats(topic, CHANNEL) or {}).get("in_flight_count", 0)
-        return bool(stored and in_flight) or (len(stored) == 50 and drained())
+        in_flight = (nsqd.channel_stats(scenario.topic, CHANNEL) or {}).get("in_flight_count", 0)
+        return bool(stored and in_flight) or (len(stored) == 50 and scenario.drained())
 
     wait_until("the batch stored, its FIN not sent", mid_batch, 60, interval=0.02)
     airflow.kill("triggerer")
-    at_kill = nsqd.channel_stats(topic, CHANNEL) or {}
+    at_kill = nsqd.channel_stats(scenario.topic, CHANNEL) or {}
     stored_at_kill = stored_numbers()
-    _publish(nsqd, topic, range(1150, 1170))
+    while_down = set(range(1150, 1170))
+    scenario.publish(while_down)
     airflow.start("triggerer")
     restarted = time.monotonic()
-    crash_batch = set(range(1100, 1170))
-    run_everything(crash_batch, 300)
+    crash_batch = first | while_down
+    scenario.run_everything(crash_batch, 300)
     recovered_s = time.monotonic() - restarted
     counts = Counter(n for _, p, _ in airflow.asset_events() for n in _numbers(p))
     lost = crash_batch - set(counts)
     duplicates = sum(counts[n] - 1 for n in crash_batch)
+    scenario.lost = lost
     if ACK_MODE:
         assert not lost
     else:
         # Airflow < 3.3 FINs an event's message before the event is stored: what the
         # killed triggerer held that way is lost (docs/compatibility.md); what was
         # published while it was down never reached it and must all arrive.
-        assert not lost & set(range(1150, 1170)), sorted(lost)
+        assert not lost & while_down, sorted(lost)
+    scenario.figures.append(
+        f"Kill: {at_kill.get('in_flight_count')} in flight, {at_kill.get('depth')} queued, "
+        f"{len(stored_at_kill)}/50 of the batch stored; 20 more published while down; "
+        f"recovered in {recovered_s:.1f}s after the restart: lost {len(lost)}, "
+        f"duplicates {duplicates} (of {len(crash_batch)})."
+    )
 
-    # Every message reached a DAG run, whose results went back to NSQ: once each after
-    # de-duplicating on (nsqd, id).
-    every = ({900, 901, 902} | burst | singles | crash_batch) - lost
+
+def test_every_message_was_processed_once_after_deduplication(scenario):
+    """Every message reached a DAG run, whose results went back to NSQ: once each after
+    de-duplicating on (nsqd, id)."""
+    airflow = scenario.airflow
+    every = scenario.published - scenario.lost
     events = airflow.asset_events()
     by_key = {
         (r["nsqd"], r["id"]): json.loads(r["body"])["n"]
         for _, p, _ in events
         for r in p["messages"]
     }
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+    with NSQConnection(ClientConfig(host=scenario.nsqd.host, port=scenario.nsqd.tcp_port)) as conn:
         results = conn.consume(
-            airflow.results_topic, "check", max_messages=len(by_key) * 2, timeout=10
+            scenario.results_topic, "check", max_messages=len(by_key) * 2, timeout=10
         )
     keys = [(r["nsqd"], r["id"]) for r in (json.loads(m.body) for m in results)]
     processed = Counter(by_key[k] for k in set(keys))
@@ -304,16 +347,7 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
 
     runs = airflow.dag_runs()
     waits = sorted(run["queue_wait"] for run in runs.values() if run["queue_wait"] is not None)
-    print(
-        "\nNSQ event-driven e2e: "
-        f"publish->asset event {', '.join(f'{t:.2f}' for t in to_event)}s; "
-        f"publish->DAG run started {', '.join(f'{t:.2f}' for t in to_run)}s. "
-        f"Burst of 200: {burst_stage}. "
-        f"50 one by one (0.1 s apart): {singles_stage}. "
-        f"Kill: {at_kill.get('in_flight_count')} in flight, {at_kill.get('depth')} queued, "
-        f"{len(stored_at_kill)}/50 of the batch stored; 20 more published while down; "
-        f"recovered in {recovered_s:.1f}s after the restart: lost {len(lost)}, "
-        f"duplicates {duplicates} (of {len(crash_batch)}). "
+    scenario.figures.append(
         f"{len(events)} asset events and {len(runs)} DAG runs in all; results published "
         f"twice for {result_duplicates} message(s) (runs across a redelivery); a queued run "
         f"waited {waits[len(waits) // 2]:.2f}s (median), {waits[-1]:.2f}s (max) to be created."
