@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import BaseOperator
 
 from ..client import encode_body
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, is_templated
+from ..client.setting_values import Delay, delay_to_ms, is_templated
+from ..hooks.nsq import NSQHook
 from ..protocol.errors import NSQValueError
 from ..protocol.names import validate_topic_name
 

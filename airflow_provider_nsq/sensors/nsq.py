@@ -27,7 +27,8 @@ from ..client import NSQMessage
 from ..client.backoff import Backoff
 from ..client.nsqd_http import HTTP_UNREADABLE, ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds, is_templated
+from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, is_templated
+from ..hooks.nsq import NSQHook
 from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..triggers.nsq import NSQMessageTrigger
@@ -248,16 +249,16 @@ class NSQSensor(BaseSensorOperator):
             accepted, rejected = self._split(messages)
             if rejected:
                 if self.rejected == "finish":
-                    hook.finish(rejected)
+                    hook.finish(*rejected)
                 else:
-                    hook.requeue(rejected, delay=self.rejected_requeue_delay_ms)
+                    hook.requeue(*rejected, delay_ms=self.rejected_requeue_delay_ms)
                 self.log.info(
                     "message_filter rejected %s message(s); %s them",
                     len(rejected),
                     "finished" if self.rejected == "finish" else "requeued",
                 )
             if len(accepted) < self.min_messages:
-                hook.requeue(accepted)
+                hook.requeue(*accepted)
                 self.log.info(
                     "%s accepted message(s) on %s/%s, %s needed%s",
                     len(accepted),
@@ -294,7 +295,7 @@ class NSQSensor(BaseSensorOperator):
         hook = self.hook
         try:
             records = [self._record(m) for m in batch]
-            hook.touch(batch)  # a full msg_timeout for the push, counted from now
+            hook.touch(*batch)  # a full msg_timeout for the push, counted from now
             context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=records)
         except BaseException:
             self.log.warning(
@@ -304,12 +305,12 @@ class NSQSensor(BaseSensorOperator):
                 self.channel,
             )
             try:
-                hook.requeue(batch)
+                hook.requeue(*batch)
             except Exception as exc:  # keep the push's error; nsqd's msg_timeout still applies
                 self.log.warning("REQ failed too (%s): nsqd redelivers after msg_timeout", exc)
             raise
         try:
-            hook.finish(batch)
+            hook.finish(*batch)
         except Exception as exc:
             # The XCom is recorded, so the task succeeds; nsqd redelivers the messages
             # when their msg_timeout expires: a later run sees them again (duplicates).

@@ -19,7 +19,8 @@ Python); a name whose PySpark is too old raises one ImportError naming the versi
 
 Importing this package never imports Airflow (executors have only the client). On the
 DAG side, options come from an Airflow connection as
-``options_from_client_config(NSQHook(conn_id).get_client_config())``.
+``options_from_settings(NSQHook(conn_id).get_settings())`` (``source="read"`` for the
+stream reader).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .options import KNOWN_OPTIONS, NSQOptionError, NSQWriteOptions, options_from_client_config
+from .option_sets import NSQOptionError, options_from_client_config, options_from_settings
 from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
+from .writer_options import KNOWN_OPTIONS, NSQWriteOptions
 
 if TYPE_CHECKING:
     from .dataframe_publisher import publish_dataframe
@@ -62,6 +64,7 @@ __all__ = [
     "NSQWriteOptions",
     "NSQWriter",
     "options_from_client_config",
+    "options_from_settings",
     "publish_dataframe",
     "register",
 ]

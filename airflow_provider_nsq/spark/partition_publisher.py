@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ..client.producer import NSQProducer
 from ..protocol.errors import NSQError
 from .message_bodies import body_encoder
-from .options import NSQWriteOptions
+from .writer_options import NSQWriteOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa

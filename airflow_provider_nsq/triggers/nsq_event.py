@@ -56,7 +56,8 @@ from ..client.consumer import (
     UNREACHABLE,
 )
 from ..client.records import MessageFilter, import_callable, message_record
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
+from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds
+from ..hooks.nsq import NSQHook
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
