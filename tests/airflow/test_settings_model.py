@@ -95,9 +95,9 @@ def test_a_setting_added_to_client_config_reaches_the_hook_the_form_and_spark() 
 def test_the_read_timeout_bound_belongs_to_the_config(monkeypatch) -> None:
     with pytest.raises(NSQSettingError, match=r"read_timeout: must be at most 3600 seconds"):
         ClientConfig(read_timeout=3601)
-    with pytest.raises(spark.NSQOptionError, match="read_timeout.*at most 3600"):
+    with pytest.raises(spark.NSQOptionError, match=r"read_timeout.*at most 3600"):
         spark.NSQWriteOptions.parse({"nsqd": "n", "topic": "t", "read_timeout": "3601"})
-    with pytest.raises(spark.NSQOptionError, match="read_timeout.*at most 3600"):
+    with pytest.raises(spark.NSQOptionError, match=r"read_timeout.*at most 3600"):
         spark.NSQReadOptions.parse(
             {"nsqd": "n", "topic": "t", "channel": "c", "read_timeout": "3601"}
         )
@@ -133,7 +133,7 @@ def test_spark_says_why_it_takes_no_http_port(option) -> None:
         (spark.NSQWriteOptions.parse, {"nsqd": "n", "topic": "t"}),
         (spark.NSQReadOptions.parse, {"nsqd": "n", "topic": "t", "channel": "c"}),
     ):
-        with pytest.raises(spark.NSQOptionError, match="not supported here: .*TCP protocol"):
+        with pytest.raises(spark.NSQOptionError, match=r"not supported here: .*TCP protocol"):
             parse({**base, option: "4151"})
 
 
