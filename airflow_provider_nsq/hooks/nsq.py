@@ -108,6 +108,9 @@ class NSQHook(BaseHook):
         self._settings: ConnectionSettings | None = None
         self._publisher: NSQProducer | None = None
         self._windows: list[NSQConsumer] = []  # ack="manual" windows, closed by close()
+        # Subscriptions a full window kept (RDY 0), by (topic, channel): the next window on
+        # the same channel reads on them instead of connecting and subscribing again.
+        self._subscriptions: dict[tuple[str, str], NSQConsumer] = {}
 
     def __repr__(self) -> str:
         return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
@@ -307,7 +310,8 @@ class NSQHook(BaseHook):
         Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
         nsqd redelivers them at once.
         """
-        windows, self._windows = self._windows, []
+        windows = [*self._windows, *self._subscriptions.values()]
+        self._windows, self._subscriptions = [], {}
         for window in windows:
             window.close()
         if self._publisher is not None:
@@ -405,7 +409,11 @@ class NSQHook(BaseHook):
     ) -> list[NSQMessage]:
         """One subscribe window over every nsqd of the connection: SUB, RDY (the
         ``max_messages`` shared between them), collect up to ``max_messages`` or until
-        ``timeout`` passes, then CLS.
+        ``timeout`` passes, then stop delivery.
+
+        A window that filled up keeps its subscriptions (RDY 0, nothing delivered) until
+        the next window on the same channel, which then reads on them at once, or until
+        :meth:`close`: back-to-back windows cost no connection each.
 
         :param topic: the topic name.
         :param channel: the channel name (created by the SUB if it does not exist).
@@ -425,7 +433,7 @@ class NSQHook(BaseHook):
         """
         seconds = duration_to_seconds(timeout, "timeout")
         delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
-        consumer = self.consumer(topic, channel)
+        consumer = self._subscriptions.pop((topic, channel), None) or self.consumer(topic, channel)
         try:
             messages = consumer.consume(
                 max_messages=max_messages, timeout=seconds, ack=ack, requeue_delay_ms=delay_ms
@@ -436,9 +444,12 @@ class NSQHook(BaseHook):
             raise
         if ack == "manual":
             self._windows.append(consumer)  # close() REQs what is left unanswered
+        elif consumer.subscribed:
+            self._subscriptions[(topic, channel)] = consumer
         else:
             consumer.close()
-        self.log.info(
+        # debug, not info: a task may run many windows; the sensor logs what it took
+        self.log.debug(
             "Consume window on %s/%s over %s nsqd(s): %s message(s) in %gs (ack=%s)",
             topic,
             channel,
