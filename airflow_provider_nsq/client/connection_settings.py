@@ -47,6 +47,19 @@ def lookupd_http_address(raw: str) -> str:
 _TCP_ONLY = "the data source speaks nsqd's TCP protocol only"
 
 
+def _http_api_port(label: str, doc: str) -> dict[str, Setting]:
+    """The metadata of a port of nsqd's HTTP API: a connection extra only."""
+    return setting(
+        label,
+        doc,
+        kind="integer",
+        minimum=1,
+        maximum=65535,
+        sources=frozenset({EXTRA}),
+        refused={WRITE: _TCP_ONLY, READ: _TCP_ONLY},
+    )
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     """The client's settings and where the nsqds, nsqlookupds and nsqd's HTTP API are.
@@ -87,29 +100,19 @@ class ConnectionSettings:
     )
     http_port: int | None = field(
         default=None,
-        metadata=setting(
+        metadata=_http_api_port(
             "nsqd HTTP port",
             "nsqd's HTTP API port (4151 by default). Recommended: the sensor reads a "
             "channel's depth from /stats there and waits without taking (and redelivering) "
             "messages.",
-            kind="integer",
-            minimum=1,
-            maximum=65535,
-            sources=frozenset({EXTRA}),
-            refused={WRITE: _TCP_ONLY, READ: _TCP_ONLY},
         ),
     )
     https_port: int | None = field(
         default=None,
-        metadata=setting(
+        metadata=_http_api_port(
             "nsqd HTTPS port",
             "nsqd's HTTPS API port (--https-address); used instead of the HTTP port when TLS "
             "is on, with the same CA and client certificate.",
-            kind="integer",
-            minimum=1,
-            maximum=65535,
-            sources=frozenset({EXTRA}),
-            refused={WRITE: _TCP_ONLY, READ: _TCP_ONLY},
         ),
     )
 

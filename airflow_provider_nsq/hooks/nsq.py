@@ -411,9 +411,8 @@ class NSQHook(BaseHook):
         ``max_messages`` shared between them), collect up to ``max_messages`` or until
         ``timeout`` passes, then stop delivery.
 
-        A window that filled up keeps its subscriptions (RDY 0, nothing delivered) until
-        the next window on the same channel, which then reads on them at once, or until
-        :meth:`close`: back-to-back windows cost no connection each.
+        A window that filled up keeps its subscriptions (RDY 0: nothing is delivered)
+        for the next window on the channel, or until :meth:`close`.
 
         :param topic: the topic name.
         :param channel: the channel name (created by the SUB if it does not exist).
@@ -451,12 +450,7 @@ class NSQHook(BaseHook):
         # debug, not info: a task may run many windows; the sensor logs what it took
         self.log.debug(
             "Consume window on %s/%s over %s nsqd(s): %s message(s) in %gs (ack=%s)",
-            topic,
-            channel,
-            nsqds,
-            len(messages),
-            seconds,
-            ack,
+            *(topic, channel, nsqds, len(messages), seconds, ack),
         )
         return messages
 

@@ -25,9 +25,9 @@ stream reader).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..client.lazy_names import lazy_names
 from .option_sets import NSQOptionError, options_from_client_config, options_from_settings
 from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
 from .writer_options import KNOWN_OPTIONS, NSQWriteOptions
@@ -70,14 +70,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _NEEDS_PYSPARK.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _NEEDS_PYSPARK)

@@ -16,6 +16,7 @@ picklable value.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,9 +31,11 @@ from ..client.setting_fields import (
     Source,
     for_source,
     read_settings,
+    setting,
     settings_of,
 )
 from ..protocol.errors import NSQSettingError, NSQValueError
+from ..protocol.names import validate_topic_name
 
 
 class NSQOptionError(NSQValueError):
@@ -88,65 +91,84 @@ COMMON: dict[str, Setting] = {
 }
 
 
-def option_settings(own_options: type, *refusals: Mapping[str, Setting]) -> dict[str, Setting]:
-    """Every setting one option set reads or refuses: ``nsqd``, the options class's own,
-    the connection's, and the ``refusals`` (what the other set takes)."""
-    out: dict[str, Setting] = {}
-    for part in (COMMON, *refusals, ConnectionSettings.described(), settings_of(own_options)):
-        out.update(part)
-    return out
+class OptionSet:
+    """One option set: what it reads (its class's own options, ``nsqd``, the connection
+    settings its ``source`` takes) and what it refuses, with the reasons.
 
-
-def known_options(settings: Mapping[str, Setting], source: Source) -> tuple[str, ...]:
-    """The option names the ``source`` set takes, sorted."""
-    return tuple(sorted(for_source(settings, source)))
-
-
-def read_options(
-    options: Mapping[str, object], source: Source, settings: Mapping[str, Setting]
-) -> dict[str, Any]:
-    """Spark's option strings (keys case-insensitive) read by their settings: each value
-    in its type; options left out are left out.
-
-    :raises NSQOptionError: naming the option that is unknown, refused, not a string, or
-        bad.
+    :param options_class: the option class whose fields describe the set's own options.
+    :param source: :data:`~..client.setting_fields.WRITE` or ``READ``.
+    :param refusals: options of the other set this one refuses (:func:`refused`).
     """
-    given = {str(key).lower(): value for key, value in options.items()}
-    for key, value in given.items():
-        if value is not None and not isinstance(value, str):
-            raise NSQOptionError(key, f"expected a string, got {type(value).__name__}")
-    try:
-        return read_settings(settings, given, source)
-    except NSQSettingError as exc:
-        raise NSQOptionError(exc.setting, exc.reason) from None
+
+    def __init__(
+        self, options_class: type, source: Source, refusals: Mapping[str, Setting] | None = None
+    ) -> None:
+        self.source = source
+        self.own = settings_of(options_class)
+        self.settings: dict[str, Setting] = {}
+        for part in (COMMON, refusals or {}, ConnectionSettings.described(), self.own):
+            self.settings.update(part)
+        #: The option names the set takes, sorted.
+        self.known: tuple[str, ...] = tuple(sorted(for_source(self.settings, source)))
+
+    def read(self, options: Mapping[str, object]) -> dict[str, Any]:
+        """Spark's option strings (keys case-insensitive) read by their settings: each
+        value in its type; options left out are left out.
+
+        :raises NSQOptionError: naming the option that is unknown, refused, not a
+            string, or bad.
+        """
+        given = {str(key).lower(): value for key, value in options.items()}
+        for key, value in given.items():
+            if value is not None and not isinstance(value, str):
+                raise NSQOptionError(key, f"expected a string, got {type(value).__name__}")
+        try:
+            return read_settings(self.settings, given, self.source)
+        except NSQSettingError as exc:
+            raise NSQOptionError(exc.setting, exc.reason) from None
+
+    def own_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The option class's own options among parsed values."""
+        return {key: value for key, value in values.items() if key in self.own}
+
+    @staticmethod
+    def client_values(values: Mapping[str, Any]) -> dict[str, Any]:
+        """The :class:`ClientConfig` fields among parsed values."""
+        fields = settings_of(ClientConfig)
+        return {key: value for key, value in values.items() if key in fields}
+
+    @staticmethod
+    def client_config(where: Mapping[str, Any], client: Mapping[str, Any]) -> ClientConfig:
+        """``ClientConfig(**where, **client)``; its error names the option of the field."""
+        try:
+            return ClientConfig(**where, **client)
+        except NSQSettingError as exc:
+            option = exc.setting if exc.setting in client else "nsqd"
+            raise NSQOptionError(option, exc.reason) from None
+
+    @staticmethod
+    def required(values: Mapping[str, Any], option: str, what: str) -> Any:
+        """The value of an option the set cannot do without."""
+        if option not in values:
+            raise NSQOptionError(option, f"required: {what}")
+        return values[option]
 
 
-def client_settings(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The :class:`ClientConfig` fields among parsed option values."""
-    fields = settings_of(ClientConfig)
-    return {key: value for key, value in values.items() if key in fields}
+def topic_option(doc: str, source: Source) -> dict[str, Setting]:
+    """The ``metadata`` of an option set's ``topic`` field."""
+    return setting(
+        "topic", doc, convert=lambda raw: validate_topic_name(raw.strip()), sources={source}
+    )
 
 
-def client_config(where: Mapping[str, Any], client: Mapping[str, Any]) -> ClientConfig:
-    """``ClientConfig(**where, **client)``; its error names the option of the field."""
-    try:
-        return ClientConfig(**where, **client)
-    except NSQSettingError as exc:
-        option = exc.setting if exc.setting in client else "nsqd"
-        raise NSQOptionError(option, exc.reason) from None
-
-
-def required(values: Mapping[str, Any], option: str, what: str) -> Any:
-    """The value of an option the set cannot do without."""
-    if option not in values:
-        raise NSQOptionError(option, f"required: {what}")
-    return values[option]
-
-
-def redacted(client: Mapping[str, Any]) -> dict[str, Any]:
-    """Client settings as a repr may show them: secrets starred (Spark logs plans)."""
+def options_repr(options: Any) -> str:
+    """An option class's repr, its client settings' secrets starred (Spark logs plans and
+    errors)."""
     described = settings_of(ClientConfig)
-    return {k: ("***" if described[k].secret else v) for k, v in client.items()}
+    client = {k: ("***" if described[k].secret else v) for k, v in options.client.items()}
+    names = [f.name for f in dataclasses.fields(options) if f.name != "client"]
+    parts = ", ".join(f"{n}={getattr(options, n)!r}" for n in names)
+    return f"{type(options).__name__}({parts}, client={client!r})"
 
 
 def options_from_settings(

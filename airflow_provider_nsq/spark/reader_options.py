@@ -10,25 +10,15 @@ before a connection is opened; the result is a small picklable value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import ClientConfig
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
 from ..client.setting_fields import READ, setting
-from ..protocol.names import validate_channel_name, validate_topic_name
-from .option_sets import (
-    NSQOptionError,
-    client_config,
-    client_settings,
-    known_options,
-    option_settings,
-    read_options,
-    redacted,
-    refused,
-    required,
-)
+from ..protocol.names import validate_channel_name
+from .option_sets import NSQOptionError, OptionSet, options_repr, refused, topic_option
 
 # A batch is held in flight until Spark commits it, and nsqd lets one connection have at
 # most --max-rdy-count (2500) unanswered: batch size, connections per nsqd and memory go
@@ -50,6 +40,11 @@ def _count(label: str, doc: str) -> dict[str, Any]:
     return setting(label, doc, kind="integer", minimum=1, sources=_READER)
 
 
+def _seconds(label: str, doc: str) -> dict[str, Any]:
+    """The metadata of an option in seconds (> 0)."""
+    return setting(label, doc, kind="seconds", sources=_READER)
+
+
 @dataclass(frozen=True)
 class NSQReadOptions:
     """Checked options of one ``spark.readStream.format("nsq")`` query.
@@ -60,14 +55,7 @@ class NSQReadOptions:
     (as for an Airflow connection: those are where the writer publishes).
     """
 
-    topic: str = field(
-        metadata=setting(
-            "topic",
-            "Topic to read.",
-            convert=lambda raw: validate_topic_name(raw.strip()),
-            sources=_READER,
-        )
-    )
+    topic: str = field(metadata=topic_option("Topic to read.", READ))
     channel: str = field(
         metadata=setting(
             "channel",
@@ -81,12 +69,7 @@ class NSQReadOptions:
     lookupd_http_addresses: tuple[str, ...] = ()
     lookupd_poll_interval: float = field(
         default=DEFAULT_LOOKUPD_POLL_INTERVAL_S,
-        metadata=setting(
-            "lookupd poll interval",
-            "Seconds between two lookups while the query runs.",
-            kind="seconds",
-            sources=_READER,
-        ),
+        metadata=_seconds("lookupd poll interval", "Seconds between two lookups."),
     )
     max_connections_per_nsqd: int = field(
         default=DEFAULT_MAX_CONNECTIONS_PER_NSQD,
@@ -108,12 +91,7 @@ class NSQReadOptions:
     )
     batch_timeout: float = field(
         default=DEFAULT_BATCH_TIMEOUT_S,
-        metadata=setting(
-            "batch timeout",
-            "Seconds without a new message that end a batch (and, with availableNow, a drain).",
-            kind="seconds",
-            sources=_READER,
-        ),
+        metadata=_seconds("batch timeout", "Seconds without a message that end a batch."),
     )
     min_partitions: int = field(
         default=DEFAULT_MIN_PARTITIONS,
@@ -124,9 +102,9 @@ class NSQReadOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> NSQReadOptions:
         """Parse Spark's option strings; raises :class:`NSQOptionError` naming the option."""
-        values = read_options(options, READ, _SETTINGS)
-        required(values, "topic", "the topic to read")
-        required(values, "channel", "the channel to read")
+        values = READ_OPTIONS.read(options)
+        READ_OPTIONS.required(values, "topic", "the topic to read")
+        READ_OPTIONS.required(values, "channel", "the channel to read")
         nsqds = (values["nsqd"],) if "nsqd" in values else ()
         nsqds += values.get("nsqd_tcp_addresses", ())
         if not nsqds and "lookupd_http_addresses" not in values:
@@ -147,11 +125,12 @@ class NSQReadOptions:
                 f"{values.get('max_messages_per_batch', cls.max_messages_per_batch)}: a batch "
                 "holds its messages in flight until Spark commits it",
             )
-        own = {f.name: values[f.name] for f in fields(cls) if f.name in values}
+        own = READ_OPTIONS.own_values(values)
+        own["lookupd_http_addresses"] = values.get("lookupd_http_addresses", ())
         own["nsqd_tcp_addresses"] = tuple(
             parse_address(a, DEFAULT_NSQD_TCP_PORT) for a in dict.fromkeys(nsqds)
         )
-        parsed = cls(**own, client=client_settings(values))
+        parsed = cls(**own, client=READ_OPTIONS.client_values(values))
         parsed.client_config()  # ClientConfig checks ranges and combinations
         return parsed
 
@@ -161,7 +140,7 @@ class NSQReadOptions:
         where: dict[str, Any] = {}
         if self.nsqd_tcp_addresses:
             where["host"], where["port"] = self.nsqd_tcp_addresses[0]
-        return client_config(where, self.client)
+        return OptionSet.client_config(where, self.client)
 
     def consumer_options(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~..client.consumer.NSQConsumer` for this query."""
@@ -174,15 +153,14 @@ class NSQReadOptions:
         }
 
     def __repr__(self) -> str:
-        # Never print the AUTH secret (Spark logs plans and errors).
-        names = [f.name for f in fields(self) if f.name != "client"]
-        parts = ", ".join(f"{n}={getattr(self, n)!r}" for n in names)
-        return f"NSQReadOptions({parts}, client={redacted(self.client)!r})"
+        return options_repr(self)  # never the AUTH secret
 
 
-#: Every option the stream reader reads or refuses: the writer's own are refused.
-_SETTINGS = option_settings(
+#: The stream reader's options: its own, ``nsqd``, the connection settings it takes; the
+#: writer's own are refused.
+READ_OPTIONS = OptionSet(
     NSQReadOptions,
+    READ,
     refused(
         READ,
         format="it is a writer option; the reader's rows always have the same columns",
@@ -192,4 +170,4 @@ _SETTINGS = option_settings(
     ),
 )
 #: The options the stream reader takes.
-KNOWN_READ_OPTIONS: tuple[str, ...] = known_options(_SETTINGS, READ)
+KNOWN_READ_OPTIONS: tuple[str, ...] = READ_OPTIONS.known

@@ -9,23 +9,13 @@ The writer's own options are described on :class:`NSQWriteOptions`' fields; with
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import ClientConfig
 from ..client.setting_fields import WRITE, setting
-from ..protocol.names import validate_topic_name
-from .option_sets import (
-    NSQOptionError,
-    client_config,
-    client_settings,
-    known_options,
-    option_settings,
-    read_options,
-    redacted,
-    required,
-)
+from .option_sets import NSQOptionError, OptionSet, options_repr, topic_option
 
 FORMATS: tuple[str, ...] = ("raw", "json")
 # Tried in order when ``body_column`` is not given (Kafka's sink calls it "value").
@@ -46,14 +36,7 @@ class NSQWriteOptions:
 
     host: str
     port: int
-    topic: str = field(
-        metadata=setting(
-            "topic",
-            "Topic to publish to.",
-            convert=lambda raw: validate_topic_name(raw.strip()),
-            sources=_WRITER,
-        )
-    )
+    topic: str = field(metadata=topic_option("Topic to publish to.", WRITE))
     format: str = field(
         default="raw",
         metadata=setting(
@@ -100,40 +83,36 @@ class NSQWriteOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> NSQWriteOptions:
         """Parse Spark's option strings; raises :class:`NSQOptionError` naming the option."""
-        values = read_options(options, WRITE, _SETTINGS)
+        values = WRITE_OPTIONS.read(options)
         nsqds = [values["nsqd"]] if "nsqd" in values else []
         nsqds += [a for a in values.get("nsqd_tcp_addresses", ()) if a not in nsqds]
         if not nsqds:
             raise NSQOptionError("nsqd", "required: nsqd's TCP address as host:port")
-        required(values, "topic", "the topic to publish to")
+        WRITE_OPTIONS.required(values, "topic", "the topic to publish to")
         if "body_column" in values and values.get("format") == "json":
             raise NSQOptionError(
                 "body_column", "not used with format=json, which sends the whole row"
             )
         host, port = parse_address(nsqds[0], DEFAULT_NSQD_TCP_PORT)
-        own = {f.name: values[f.name] for f in fields(cls) if f.name in values}
         parsed = cls(
             host=host,
             port=port,
-            client=client_settings(values),
+            client=WRITE_OPTIONS.client_values(values),
             more_nsqds=tuple(nsqds[1:]),
-            **own,
+            **WRITE_OPTIONS.own_values(values),
         )
         parsed.client_config()  # ClientConfig checks ranges and combinations; name the key
         return parsed
 
     def client_config(self) -> ClientConfig:
         """The connection settings, built where they are used."""
-        return client_config({"host": self.host, "port": self.port}, self.client)
+        return OptionSet.client_config({"host": self.host, "port": self.port}, self.client)
 
     def __repr__(self) -> str:
-        # Never print the AUTH secret (Spark logs plans and errors).
-        names = [f.name for f in fields(self) if f.name != "client"]
-        parts = ", ".join(f"{n}={getattr(self, n)!r}" for n in names)
-        return f"NSQWriteOptions({parts}, client={redacted(self.client)!r})"
+        return options_repr(self)  # never the AUTH secret
 
 
-#: Every option the writer reads or refuses.
-_SETTINGS = option_settings(NSQWriteOptions)
+#: The writer's options: its own, ``nsqd``, and the connection settings it takes.
+WRITE_OPTIONS = OptionSet(NSQWriteOptions, WRITE)
 #: The options the writer takes.
-KNOWN_OPTIONS: tuple[str, ...] = known_options(_SETTINGS, WRITE)
+KNOWN_OPTIONS: tuple[str, ...] = WRITE_OPTIONS.known
