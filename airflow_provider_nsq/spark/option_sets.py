@@ -120,7 +120,7 @@ class OptionSet:
         """
         given = {str(key).lower(): value for key, value in options.items()}
         for key, value in given.items():
-            if value is not None and not isinstance(value, str):
+            if not isinstance(value, str):
                 raise NSQOptionError(key, f"expected a string, got {type(value).__name__}")
         try:
             return read_settings(self.settings, given, self.source)
