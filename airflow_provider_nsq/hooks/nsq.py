@@ -10,7 +10,6 @@ depth) and the connection test.
 
 from __future__ import annotations
 
-import asyncio
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -23,12 +22,12 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from ..client.blocking import NSQConnection
 from ..client.bodies import encode_bodies, encode_body
+from ..client.channel_depth import ChannelDepthReader
 from ..client.config import ClientConfig
 from ..client.connection_settings import ConnectionSettings
 from ..client.consumer import NSQConsumer
-from ..client.lookupd import LookupdClient, Producer
 from ..client.message import NSQMessage
-from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient, combine_depths
+from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
 from ..client.producer import NSQProducer
 from ..client.setting_fields import EXTRA
 from ..client.setting_values import Delay, Duration, delay_to_ms, duration_to_seconds
@@ -41,7 +40,7 @@ from ..protocol.errors import (
     NSQSettingError,
     NSQValueError,
 )
-from ..protocol.names import validate_channel_name, validate_topic_name
+from ..protocol.names import validate_topic_name
 from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
@@ -212,15 +211,6 @@ class NSQHook(BaseHook):
         """The ``https_port`` extra (nsqd's HTTPS API port), or None."""
         return self.get_settings().https_port
 
-    def get_lookupd(self) -> LookupdClient | None:
-        """The connection's nsqlookupds (bounded by its ``connect_timeout``), or None."""
-        settings = self.get_settings()
-        if not settings.lookupd_http_addresses:
-            return None
-        return LookupdClient(
-            settings.lookupd_http_addresses, timeout=settings.client.connect_timeout
-        )
-
     def consumer(self, topic: str, channel: str) -> NSQConsumer:
         """A blocking consumer of ``topic``/``channel`` over every nsqd of the connection
         (through nsqlookupd when it names any). The caller closes it."""
@@ -242,54 +232,14 @@ class NSQHook(BaseHook):
         return self.get_settings().http_api()
 
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
-        """What ``channel`` holds, from nsqd's ``/stats``: no message is taken, so no
-        ``attempts`` go up. Creates the channel when it is missing (as a SUB would), so
-        messages published from now on wait for it. NSQError subclasses when an API
-        cannot be read.
-
-        With nsqlookupd: summed over every producer it lists, each on the HTTP port it
-        announced. Without: the connection's nsqd on its ``http_port`` (None when not
-        given, or when the connection lists several nsqds, whose HTTP ports are unknown).
-        """
-        lookupd = self.get_lookupd()
-        if lookupd is not None:
-            validate_channel_name(channel)
-            apis = self._producer_apis(lookupd.lookup(topic))
-            depths = [api.channel_depth(topic, channel, create=True) for api in apis]
-            return combine_depths(topic, channel, depths)
-        api = self._single_http_api()
-        if api is None:
-            return None
-        return api.channel_depth(topic, channel, create=True)
+        """What ``channel`` holds, from nsqd's ``/stats`` (every producer nsqlookupd
+        lists, or the connection's nsqd on its ``http_port``); no message is taken.
+        None when no HTTP API is known (see :mod:`~..client.channel_depth`)."""
+        return ChannelDepthReader(self.get_settings()).read(topic, channel)
 
     async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once)."""
-        await self.aget_settings()
-        lookupd = self.get_lookupd()
-        if lookupd is not None:
-            validate_channel_name(channel)
-            apis = self._producer_apis(await lookupd.alookup(topic))
-            depths = await asyncio.gather(
-                *(api.achannel_depth(topic, channel, create=True) for api in apis)
-            )
-            return combine_depths(topic, channel, depths)
-        api = self._single_http_api()
-        if api is None:
-            return None
-        return await api.achannel_depth(topic, channel, create=True)
-
-    def _single_http_api(self) -> NSQDHTTPClient | None:
-        if len(self.nsqd_tcp_addresses) > 1:
-            return None  # the other nsqds' HTTP ports are unknown: a window is the check
-        return self.get_http_api()
-
-    def _producer_apis(self, producers: Sequence[Producer]) -> list[NSQDHTTPClient]:
-        """The HTTP API of each producer, on the port it announced to nsqlookupd."""
-        config = self.get_client_config()
-        return [
-            NSQDHTTPClient(p.broadcast_address, p.http_port, timeout=config.connect_timeout)
-            for p in producers
-        ]
+        return await ChannelDepthReader(await self.aget_settings()).aread(topic, channel)
 
     # -- connections ---------------------------------------------------------------
 
