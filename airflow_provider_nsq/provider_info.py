@@ -65,6 +65,12 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 }
 
 
+def _modules(*names: str) -> list[dict[str, Any]]:
+    """A provider info entry listing this package's modules of one kind."""
+    modules = [f"airflow_provider_nsq.{name}" for name in names]
+    return [{"integration-name": INTEGRATION, "python-modules": modules}]
+
+
 def provider_info() -> dict[str, Any]:
     """The dict returned by ``airflow_provider_nsq.get_provider_info()``."""
     from . import __version__
@@ -82,30 +88,10 @@ def provider_info() -> dict[str, Any]:
                 "tags": ["service"],
             }
         ],
-        "hooks": [
-            {"integration-name": INTEGRATION, "python-modules": ["airflow_provider_nsq.hooks.nsq"]}
-        ],
-        "operators": [
-            {
-                "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_nsq.operators.nsq"],
-            }
-        ],
-        "sensors": [
-            {
-                "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_nsq.sensors.nsq"],
-            }
-        ],
-        "triggers": [
-            {
-                "integration-name": INTEGRATION,
-                "python-modules": [
-                    "airflow_provider_nsq.triggers.nsq",
-                    "airflow_provider_nsq.triggers.nsq_event",
-                ],
-            }
-        ],
+        "hooks": _modules("hooks.nsq"),
+        "operators": _modules("operators.nsq"),
+        "sensors": _modules("sensors.nsq"),
+        "triggers": _modules("triggers.nsq", "triggers.nsq_event"),
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).
         "queues": ["airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"],
         "connection-types": [
