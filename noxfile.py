@@ -5,7 +5,7 @@ Each Airflow session makes a clean environment (uv) as that Airflow's users had 
 Airflow and everything it pulls in resolved as of a date after its last patch and before
 the next minor (``--exclude-newer``; Airflow's constraint files would be the other way).
 Into it goes the provider's built wheel (``make dist``), not the checkout, with the
-``messaging`` extra and the test tools; then the Airflow-layer tests (``tests/airflow``)
+``messaging`` and ``openlineage`` extras and the test tools; then the Airflow-layer tests (``tests/airflow``)
 run from a copy of ``tests/``, so that they import the installed wheel. A test that needs
 a newer Airflow skips, naming the version it needs.
 
@@ -121,7 +121,7 @@ def airflow(session: nox.Session, minor: str) -> None:
         # Airflow 3.0 builds the connection form from the hook's wtforms fields only where
         # wtforms can be imported (the FAB provider brings it): as the users who see it.
         pins.append("wtforms")
-    _install(session, f"{wheel}[messaging]", *pins, *test_tools, as_of=as_of)
+    _install(session, f"{wheel}[messaging,openlineage]", *pins, *test_tools, as_of=as_of)
     tree = _test_tree(session)
     with session.chdir(tree):
         session.run(

@@ -94,6 +94,21 @@ def provider_info() -> dict[str, Any]:
         "triggers": _modules("triggers.nsq", "triggers.nsq_event"),
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).
         "queues": ["airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"],
+        # Links to nsqadmin on the task instance (the connection's nsqadmin_url).
+        "extra-links": [
+            "airflow_provider_nsq.links.NSQAdminTopicLink",
+            "airflow_provider_nsq.links.NSQAdminChannelLink",
+        ],
+        # nsq://host:port/topic: Airflow checks and normalises these assets' URIs, and
+        # the OpenLineage provider names their datasets, through these functions.
+        "asset-uris": [
+            {
+                "schemes": ["nsq"],
+                "handler": "airflow_provider_nsq.assets.sanitize_uri",
+                "factory": "airflow_provider_nsq.assets.create_asset",
+                "to_openlineage_converter": "airflow_provider_nsq.assets.convert_asset_to_openlineage",
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,

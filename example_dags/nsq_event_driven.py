@@ -16,6 +16,11 @@ at-least-once, so it drops repeats of an ``(nsqd, id)`` it has already seen in t
 run (use a table keyed by it to de-duplicate across runs), then publishes one result per
 message to ``order_results``.
 
+The asset is the topic's, ``nsq://host:port/orders`` (``nsq_asset`` reads the connection
+for the address when the DAG is parsed); ``process`` declares it as its inlet, its
+OpenLineage input, and links to the channel's page in nsqadmin when the connection has
+an ``nsqadmin_url`` (docs/operations.md).
+
 Set up the ``nsq_default`` connection first, for example::
 
     export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150'
@@ -31,16 +36,19 @@ import os
 from typing import Any
 
 from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
-from airflow.sdk import Asset, AssetWatcher, dag, task
+from airflow.sdk import AssetWatcher, dag, task
 
+from airflow_provider_nsq.assets import nsq_asset
 from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.links import link_to_nsqadmin
 from airflow_provider_nsq.operators.nsq import NSQMultiPublishOperator
 
 EVENTS_TOPIC = os.environ.get("NSQ_EVENTS_TOPIC", "orders")
 RESULTS_TOPIC = os.environ.get("NSQ_RESULTS_TOPIC", "order_results")
 
-orders = Asset(
-    "nsq_orders",
+orders = nsq_asset(
+    EVENTS_TOPIC,
+    name="nsq_orders",
     watchers=[
         AssetWatcher(
             name="nsq_orders_watcher",
@@ -66,7 +74,7 @@ orders = Asset(
     tags=["nsq", "example", "event-driven"],
 )
 def nsq_event_driven():
-    @task
+    @task(inlets=[orders])
     def process(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
         """One result per message of this run (stand-in for real work)."""
         seen: set[tuple[str, str]] = set()
@@ -88,7 +96,8 @@ def nsq_event_driven():
                 )
         return results
 
-    NSQMultiPublishOperator(task_id="publish_results", topic=RESULTS_TOPIC, messages=process())
+    results = link_to_nsqadmin(process())
+    NSQMultiPublishOperator(task_id="publish_results", topic=RESULTS_TOPIC, messages=results)
 
 
 nsq_event_driven()

@@ -45,3 +45,10 @@ class Backoff:
     def reset(self) -> None:
         """The next wait is ``start`` again."""
         self._next = min(self.start, self.cap)
+
+    def nth(self, n: int) -> float:
+        """The ``n``-th wait (1 is the first) of a fresh backoff, without changing this
+        one: for a process that knows how many tries came before it but not their waits."""
+        if n < 1:
+            raise NSQValueError(f"the first wait is n=1, got n={n!r}")
+        return min(self.start * self.factor ** (n - 1), self.cap)

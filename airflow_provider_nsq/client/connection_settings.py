@@ -116,6 +116,18 @@ class ConnectionSettings:
         ),
     )
 
+    nsqadmin_url: str | None = field(
+        default=None,
+        metadata=setting(
+            "nsqadmin URL",
+            "Base URL of nsqadmin (NSQ's web console), e.g. http://nsqadmin:4171. Tasks then "
+            "link to the page of the topic (and channel) they used.",
+            pattern=r"^https?://[^/?#\s]+",
+            sources=frozenset({EXTRA}),  # Airflow's task links only: no Spark option
+            placeholder="http://nsqadmin:4171",
+        ),
+    )
+
     def __post_init__(self) -> None:
         check_fields(self, "ConnectionSettings.")
 

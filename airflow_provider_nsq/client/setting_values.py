@@ -25,9 +25,13 @@ _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 def parse_bool(value: object) -> bool:
     """``True``/``False``, or the text ``true``/``false`` (also ``1``/``0``, ``t``/``f``,
-    ``TRUE``/``FALSE``, ``True``/``False``, as Go reads a flag)."""
+    ``TRUE``/``FALSE``, ``True``/``False``, as Go reads a flag); the numbers 1 and 0 too,
+    as Airflow >= 3.1 hands over a connection URI's ``?tls_verify=1`` (it decodes query
+    values as JSON)."""
     if isinstance(value, bool):
         return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
     if isinstance(value, str):
         text = value.strip()
         if text in _TRUE:

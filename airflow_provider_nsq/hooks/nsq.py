@@ -221,6 +221,11 @@ class NSQHook(BaseHook):
         for this connection (call :meth:`aget_settings` first in a trigger)."""
         return self.get_settings().consumer_options()
 
+    @property
+    def nsqadmin_url(self) -> str | None:
+        """The ``nsqadmin_url`` extra (nsqadmin's base URL, for links), or None."""
+        return self.get_settings().nsqadmin_url
+
     # -- nsqd's HTTP API: how many messages wait, without taking any ---------------------
 
     def get_http_api(self) -> NSQDHTTPClient | None:

@@ -1,21 +1,29 @@
 """Operators that publish to NSQ: PUB, DPUB and MPUB.
 
-Each one validates its literal arguments when the DAG is parsed (no network then),
+Each one validates its literal arguments when the DAG is parsed (no network then,
+unless ``asset_outlet=True``, which reads the connection for the asset's address),
 builds an :class:`~airflow_provider_nsq.hooks.nsq.NSQHook` in ``execute``, makes one call
-and returns the hook's small result dict, which goes to XCom.
+and returns the hook's small result dict, which goes to XCom. Each counts what it
+published in the ``nsq.publish.*`` metrics (docs/metrics.md), links to the topic's page
+in nsqadmin (with the connection's ``nsqadmin_url``), and names the topic as its
+OpenLineage output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
+from ..assets import nsq_asset
 from ..client import encode_body
 from ..client.setting_values import Delay, delay_to_ms, is_templated
 from ..hooks.nsq import NSQHook
+from ..lineage import publish_lineage
+from ..links import NSQAdminTopicLink
+from ..metrics import PublishKind, emitter, task_tags
 from ..protocol.errors import NSQValueError
 from ..protocol.names import validate_topic_name
 
@@ -54,16 +62,29 @@ def coerce_delay(delay: Any) -> Delay:
     return delay
 
 
+_METRICS = emitter("task")
+
+
 class _NSQPublishBase(BaseOperator):
     ui_color = "#3c8dbc"
+    operator_extra_links = (NSQAdminTopicLink(),)
+    #: The metric names' publish kind (nsq.publish.<kind>.*).
+    publish_kind: PublishKind
 
     def __init__(
-        self, *, topic: str, nsq_conn_id: str = NSQHook.default_conn_name, **kwargs: Any
+        self,
+        *,
+        topic: str,
+        nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_topic(topic)
         self.topic = topic
         self.nsq_conn_id = nsq_conn_id
+        if asset_outlet:
+            self.outlets = [*self.outlets, _topic_asset(topic, nsq_conn_id)]
 
     @cached_property
     def hook(self) -> NSQHook:
@@ -71,6 +92,36 @@ class _NSQPublishBase(BaseOperator):
 
     def on_kill(self) -> None:
         self.hook.close()
+
+    def _publish(self, context: Context, call: Callable[[NSQHook], dict[str, Any]]) -> dict:
+        """Make the hook call and count it (nsq.publish.<kind>.*)."""
+        tags = task_tags(context, topic=self.topic)
+        try:
+            with self.hook as hook:
+                result = call(hook)
+        except Exception as exc:
+            _METRICS.incr(
+                f"nsq.publish.{self.publish_kind}.errors", error=type(exc).__name__, **tags
+            )
+            raise
+        _METRICS.incr(f"nsq.publish.{self.publish_kind}.messages", result["messages"], **tags)
+        _METRICS.incr(f"nsq.publish.{self.publish_kind}.bytes", result["bytes"], **tags)
+        return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the topic as the output dataset (needs the ``openlineage``
+        extra)."""
+        return publish_lineage(self.hook, self.topic)
+
+
+def _topic_asset(topic: str, nsq_conn_id: str) -> Any:
+    """The outlet of ``asset_outlet=True``: fixed when the DAG is parsed."""
+    if is_templated(topic) or is_templated(nsq_conn_id):
+        raise NSQValueError(
+            "asset_outlet=True needs a literal topic and nsq_conn_id: the asset is fixed "
+            f"when the DAG is parsed, got topic={topic!r}, nsq_conn_id={nsq_conn_id!r}"
+        )
+    return nsq_asset(topic, nsq_conn_id=nsq_conn_id)
 
 
 class NSQPublishOperator(_NSQPublishBase):
@@ -80,10 +131,14 @@ class NSQPublishOperator(_NSQPublishBase):
     :param message: str (sent as UTF-8), bytes, or a dict/list (sent as compact JSON)
         (templated).
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :param asset_outlet: declare the topic's asset (``nsq://host:port/topic``, see
+        :func:`~airflow_provider_nsq.assets.nsq_asset`) as an outlet, so DAGs scheduled
+        on it run after this task; reads the connection when the DAG is parsed.
     :return: ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "message", "nsq_conn_id")
+    publish_kind: PublishKind = "pub"
 
     def __init__(
         self,
@@ -98,8 +153,7 @@ class NSQPublishOperator(_NSQPublishBase):
         self.message = message
 
     def execute(self, context: Context) -> dict[str, Any]:
-        with self.hook as hook:
-            result = hook.publish(self.topic, self.message)
+        result = self._publish(context, lambda hook: hook.publish(self.topic, self.message))
         self.log.info("PUB %s: %s bytes", self.topic, result["bytes"])
         return result
 
@@ -113,10 +167,13 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
         ``max_req_timeout_ms`` (nsqd's --max-req-timeout, 1 h by default); never clamped
         (templated: a rendered string of digits is milliseconds).
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :param asset_outlet: declare the topic's asset as an outlet (see
+        :class:`NSQPublishOperator`).
     :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "message", "delay", "nsq_conn_id")
+    publish_kind: PublishKind = "dpub"
 
     def __init__(
         self,
@@ -134,8 +191,10 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
         self.delay = delay
 
     def execute(self, context: Context) -> dict[str, Any]:
-        with self.hook as hook:
-            result = hook.defer_publish(self.topic, self.message, coerce_delay(self.delay))
+        result = self._publish(
+            context,
+            lambda hook: hook.defer_publish(self.topic, self.message, coerce_delay(self.delay)),
+        )
         self.log.info(
             "DPUB %s: %s bytes, delay %s ms", self.topic, result["bytes"], result["delay_ms"]
         )
@@ -151,10 +210,13 @@ class NSQMultiPublishOperator(_NSQPublishBase):
     :param messages: a list of str / bytes / dict / list items, or an upstream task's
         output (``XComArg``), resolved when the task runs (templated).
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :param asset_outlet: declare the topic's asset as an outlet (see
+        :class:`NSQPublishOperator`).
     :return: ``{"topic", "messages": <count>, "bytes": <total>}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "messages", "nsq_conn_id")
+    publish_kind: PublishKind = "mpub"
 
     def __init__(
         self,
@@ -185,8 +247,7 @@ class NSQMultiPublishOperator(_NSQPublishBase):
             raise NSQValueError(
                 f"messages rendered to a {type(messages).__name__}, expected a list of messages"
             )
-        with self.hook as hook:
-            result = hook.multi_publish(self.topic, list(messages))
+        result = self._publish(context, lambda hook: hook.multi_publish(self.topic, list(messages)))
         self.log.info(
             "MPUB %s: %s messages, %s bytes", self.topic, result["messages"], result["bytes"]
         )

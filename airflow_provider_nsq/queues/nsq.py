@@ -3,10 +3,13 @@
 With it, an asset can be watched with the provider-neutral trigger::
 
     from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
-    from airflow.sdk import Asset, AssetWatcher
+    from airflow.sdk import AssetWatcher
+
+    from airflow_provider_nsq.assets import nsq_asset
 
     trigger = MessageQueueTrigger(scheme="nsq", topic="orders", channel="airflow")
-    orders = Asset("nsq://orders", watchers=[AssetWatcher(name="orders", trigger=trigger)])
+    watcher = AssetWatcher(name="orders", trigger=trigger)
+    orders = nsq_asset("orders", name="orders", watchers=[watcher])  # nsq://host:port/orders
 
 Keyword arguments are :class:`~airflow_provider_nsq.triggers.nsq.NSQEventTrigger`'s.
 The deprecated ``queue=`` form takes ``nsq://host:port/topic?channel=name`` (the

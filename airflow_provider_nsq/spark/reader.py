@@ -57,6 +57,7 @@ from ..client.consumer import NSQConsumer
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQValueError
 from .message_holder import MessageHolder
+from .progress import report_batch
 from .reader_options import NSQReadOptions
 from .versions import stream_reader_too_old
 
@@ -187,6 +188,7 @@ class _Run:
         messages_to_arrow([], options.topic, options.channel)  # pyarrow's first call is slow
         self.batches: dict[int, _Batch] = {}
         self.window_start = time.monotonic()
+        self.finished = 0  # messages FIN'd since the query started
 
     def owns(self, offset: dict[str, Any]) -> bool:
         return offset.get("run") == self.token
@@ -201,7 +203,14 @@ class _Run:
             # writes it before anything else, and before close() REQs what is left).
             self.holder.finish(batch.messages, wait=False)
             del self.batches[batch.number]
-            log.info("nsq: FIN'd the %s messages of batch %s", len(batch.messages), batch.number)
+            self.finished += len(batch.messages)
+            report_batch(
+                self.options.topic,
+                self.options.channel,
+                batch.number,
+                len(batch.messages),
+                self.finished,
+            )
 
     def planned_after(self, start: dict[str, Any]) -> _Batch | None:
         key = _key(start)

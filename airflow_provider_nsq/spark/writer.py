@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from .message_bodies import choose_body_column
 from .partition_publisher import NSQPartitionSummary, publish_partition
+from .progress import report_partition
 from .versions import data_source_too_old
 from .write_summary import report_write
 from .writer_options import NSQWriteOptions
@@ -48,9 +49,11 @@ class NSQWriter(DataSourceArrowWriter):
         self.body_index = choose_body_column(options, schema) if options.format == "raw" else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _CommitMessage:
-        return publish_partition(
+        summary = publish_partition(
             self.options, self.schema, self.body_index, iterator, summary_type=_CommitMessage
         )
+        report_partition(self.options.topic, summary)
+        return summary
 
     def commit(self, messages: Sequence[NSQPartitionSummary | None]) -> None:  # type: ignore[override]
         report_write(self.options, messages, aborted=False)

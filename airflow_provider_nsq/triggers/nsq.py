@@ -39,6 +39,7 @@ from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.backoff import Backoff
 from ..client.nsqd_http import HTTP_UNREADABLE
 from ..hooks.nsq import NSQHook
+from ..metrics import emitter
 from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
 from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
@@ -56,6 +57,8 @@ HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
 #: Reconnect backoff after a dropped TCP connection: first and longest wait, seconds.
 _RECONNECT_START_S = 1.0
 _RECONNECT_MAX_S = 30.0
+#: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
+_METRICS = emitter("triggerer")
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -176,6 +179,11 @@ class NSQMessageTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "message": str(exc)})
                 return
             reconnect.reset()
+            _METRICS.incr(f"nsq.sensor.checks.{checked_by}", topic=self.topic, channel=self.channel)
+            if checked_by == "http":
+                _METRICS.gauge(
+                    "nsq.sensor.depth", last_ready, topic=self.topic, channel=self.channel
+                )
             if last_ready >= self.min_messages:
                 yield self._ready(last_ready, checked_by)
                 return

@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Sequence
 from functools import partial
 from typing import Any
@@ -58,6 +59,7 @@ from ..client.consumer import (
 from ..client.records import MessageFilter, import_callable, message_record
 from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, int_in_range
 from ..hooks.nsq import NSQHook
+from ..metrics import emitter
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
@@ -87,6 +89,7 @@ except ImportError:  # pragma: no cover - Airflow 3.0-3.2
     SharedStreamProducer = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
+_METRICS = emitter("triggerer")
 
 #: ``max_in_flight`` when not given: this, or ``batch_size`` when larger (a batch can only
 #: hold messages in flight).
@@ -273,6 +276,9 @@ class NSQEventStreamProducer(SharedStreamProducer):
     def _record(self, message: NSQMessage) -> dict[str, Any]:
         return message_record(message, self.topic, self.channel)
 
+    def _tags(self) -> dict[str, str]:
+        return {"topic": self.topic, "channel": self.channel}
+
     async def open_stream(self) -> AsyncGenerator[tuple[MessageBatch, MessageBatch], None]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
         config = await hook.aget_client_config()
@@ -286,6 +292,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
         while True:
             # What the consumer delivers stays held (and TOUCHed) until it is answered.
             batch = await self.batcher.next_batch(self.consumer.read)
+            _METRICS.incr("nsq.event.received", len(batch.messages), **self._tags())
             # The batch is both the raw event (its records, and the marks each trigger's
             # filter leaves on it) and what settling it needs.
             yield batch, batch
@@ -324,15 +331,24 @@ class NSQEventStreamProducer(SharedStreamProducer):
         if consumer is None:
             return
         done = not failed and (acked > 0 or rejected > 0)
+        if acked > 0 and batch.messages:
+            # Publish (nsqd's timestamp) to the asset event stored, for the oldest message.
+            oldest_ns = min(m.timestamp for m in batch.messages)
+            _METRICS.timing("nsq.event.delay", time.time() - oldest_ns / 1e9, **self._tags())
+        answered = {"finished": 0, "requeued": 0, "dead_lettered": 0}
         for index, message in enumerate(batch.messages):
             finish = done
             if done and not batch.accepted(index) and self._dead_letters is not None:
                 finish = await self._dead_letters.publish(message, message.nsqd or "")
+                answered["dead_lettered"] += int(finish)
             if finish:
                 _answer("finish", message, partial(consumer.finish, message))
             else:
                 requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
                 _answer("requeue", message, requeue)
+            answered["finished" if finish else "requeued"] += 1
+        for what, count in answered.items():
+            _METRICS.incr(f"nsq.event.{what}", count, **self._tags())
 
     async def _keep_held_alive(self) -> None:
         """TOUCH what the stream holds (collecting, or waiting for the store) as the

@@ -17,23 +17,12 @@ test nsqd, with no help from extra ("flush") messages:
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import json
-import os
 import secrets
-import shutil
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -41,176 +30,32 @@ from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 
 from .conftest import EXAMPLE_DAGS
+from .real_airflow import RealAirflow, utc_timestamp, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-T = TypeVar("T")
 DAG_ID = "nsq_event_driven"
 ASSET = "nsq_orders"
 CHANNEL = "airflow"  # the example DAG's channel
-AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Airflow(RealAirflow):
+    """The Airflow of this test: the event-driven example DAG, ``nsq_default`` on the
+    test nsqd; and what the metadata DB says about the asset's events and runs."""
 
-
-def _wait(what: str, predicate: Callable[[], T], timeout: float, interval: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
-        time.sleep(interval)
-
-
-def _utc(text: str) -> float:
-    stamp = datetime.datetime.fromisoformat(text)
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
-    return stamp.timestamp()
-
-
-class Airflow:
-    """The Airflow processes of one test, in a temporary AIRFLOW_HOME."""
-
-    COMPONENTS = {
-        "api-server": ["api-server", "-H", "127.0.0.1"],
-        "scheduler": ["scheduler", "--skip-serve-logs"],
-        "dag-processor": ["dag-processor"],
-        "triggerer": ["triggerer", "--skip-serve-logs"],
-    }
-
-    def __init__(self, root: Path, nsqd, topics: dict[str, str]) -> None:
-        self.root = root
-        self.home = root / "home"
-        self.dags = root / "dags"
-        self.home.mkdir()
-        self.dags.mkdir()
-        shutil.copy(EXAMPLE_DAGS / "nsq_event_driven.py", self.dags)
-        self.api_port = _free_port()
+    def __init__(self, root, nsqd, topics: dict[str, str]) -> None:
         conn = (
             f"nsq://{nsqd.tcp_address}?http_port={nsqd.http_port}"
             # A short msg_timeout: after the kill, nsqd redelivers within seconds.
             "&msg_timeout_ms=5000"
         )
-        self.env = {
-            **os.environ,
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
-            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
-                [
-                    {
-                        "name": "dags-folder",
-                        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                        "kwargs": {"path": str(self.dags)},
-                    }
-                ]
-            ),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.api_port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}/",
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
-            # A restarted triggerer takes over the dead one's triggers this soon.
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "8",
-            "AIRFLOW_CONN_NSQ_DEFAULT": conn,
-            **topics,
-        }
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: list[Any] = []
-
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.root / f"{name}.log"
-        if not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-    def migrate(self) -> None:
-        done = subprocess.run(
-            [AIRFLOW, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=300
+        super().__init__(
+            root,
+            [EXAMPLE_DAGS / "nsq_event_driven.py"],
+            {"AIRFLOW_CONN_NSQ_DEFAULT": conn, **topics},
         )
-        if done.returncode != 0:
-            pytest.skip(
-                f"Airflow cannot start here: `airflow db migrate` failed: {done.stderr[-800:]}"
-            )
-
-    def start(self, name: str) -> None:
-        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
-        self._logs.append(log)
-        self.processes[name] = subprocess.Popen(
-            [AIRFLOW, *self.COMPONENTS[name.split("#")[0]]],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: stopped (or killed) whole
-        )
-
-    def check_alive(self) -> None:
-        for name, proc in self.processes.items():
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"airflow {name} exited with {proc.returncode}:\n{self.log_tail(name)}"
-                )
-
-    def api_healthy(self) -> bool:
-        self.check_alive()
-        url = f"http://127.0.0.1:{self.api_port}/api/v2/monitor/health"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(url, timeout=5) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def kill(self, name: str) -> None:
-        """SIGKILL the component and everything it started (its process group)."""
-        proc = self.processes.pop(name)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-
-    def stop_all(self) -> None:
-        for proc in self.processes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGINT)
-        deadline = time.monotonic() + 30
-        for proc in self.processes.values():
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                pass
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # stragglers: workers, uvicorn children
-            proc.wait(timeout=30)
-        self.processes.clear()
-        for log in self._logs:
-            log.close()
 
     # -- the metadata DB (read-only, short queries: the scheduler writes meanwhile) --------
-
-    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        db = self.home / "airflow.db"
-        try:
-            with contextlib.closing(
-                sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-            ) as conn:
-                return conn.execute(sql, args).fetchall()
-        except sqlite3.OperationalError:
-            return []  # locked, or tables not created yet: ask again later
 
     def asset_events(self) -> list[tuple[int, dict[str, Any], float]]:
         rows = self.query(
@@ -218,7 +63,7 @@ class Airflow:
             "JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
             ASSET,
         )
-        return [(row[0], json.loads(row[1])["payload"], _utc(row[2])) for row in rows]
+        return [(row[0], json.loads(row[1])["payload"], utc_timestamp(row[2])) for row in rows]
 
     def dag_runs(self) -> dict[int, dict[str, Any]]:
         """Every run of the DAG: state, start/end, and how long its queue entry waited
@@ -232,9 +77,9 @@ class Airflow:
         return {
             r[0]: {
                 "state": r[1],
-                "start": _utc(r[2]) if r[2] else None,
-                "end": _utc(r[3]) if r[3] else None,
-                "queue_wait": _utc(r[4]) - _utc(r[5]) if r[4] and r[5] else None,
+                "start": utc_timestamp(r[2]) if r[2] else None,
+                "end": utc_timestamp(r[3]) if r[3] else None,
+                "queue_wait": utc_timestamp(r[4]) - utc_timestamp(r[5]) if r[4] and r[5] else None,
             }
             for r in rows
         }
@@ -312,12 +157,7 @@ class Stage:
 
 def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
     topic = airflow.topic
-    for name in ("api-server", "scheduler", "dag-processor", "triggerer"):
-        airflow.start(name)
-    try:
-        _wait("the API server answers", airflow.api_healthy, 180, interval=1)
-    except AssertionError as exc:
-        pytest.skip(f"Airflow cannot start here: {exc}:\n{airflow.log_tail('api-server')}")
+    airflow.start_all()
 
     def subscribed() -> bool:
         airflow.check_alive()
@@ -325,7 +165,7 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
         assert not errors, f"the example DAG does not import: {errors[0][0]}"
         return bool((nsqd.channel_stats(topic, CHANNEL) or {}).get("clients"))
 
-    _wait("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
+    wait_until("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
 
     def drained() -> bool:
         c = nsqd.channel_stats(topic, CHANNEL) or {}
@@ -386,7 +226,7 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
             ]
             return (stored, min(begun)) if begun else None
 
-        stored, begun = _wait(f"message {n} starts a DAG run", probe_ran, 120, interval=0.1)
+        stored, begun = wait_until(f"message {n} starts a DAG run", probe_ran, 120, interval=0.1)
         to_event.append(stored - sent)
         to_run.append(begun - sent)
     run_everything({900, 901, 902}, 240)
@@ -423,7 +263,7 @@ def test_messages_start_dag_runs_and_survive_a_triggerer_kill(nsqd, airflow):
         in_flight = (nsqd.channel_stats(topic, CHANNEL) or {}).get("in_flight_count", 0)
         return bool(stored and in_flight) or (len(stored) == 50 and drained())
 
-    _wait("the batch stored, its FIN not sent", mid_batch, 60, interval=0.02)
+    wait_until("the batch stored, its FIN not sent", mid_batch, 60, interval=0.02)
     airflow.kill("triggerer")
     at_kill = nsqd.channel_stats(topic, CHANNEL) or {}
     stored_at_kill = stored_numbers()

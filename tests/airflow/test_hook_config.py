@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import json
 import logging
+from urllib.parse import quote
 
 import pytest
 
@@ -38,6 +39,7 @@ ALL_EXTRAS = {
     "max_msg_size": "2048",
     "max_body_size": "8192",
     "max_req_timeout_ms": "7200000",
+    "nsqadmin_url": "https://nsqadmin.example.com:4171/nsq",
 }
 
 EXPECTED = {
@@ -64,7 +66,8 @@ EXPECTED = {
 
 
 def _uri(extras: dict[str, str], secret: str = SECRET) -> str:
-    query = "&".join(f"{k}={v}" for k, v in extras.items())
+    # A URL in a URI's query is percent-encoded (nsqadmin_url=https%3A%2F%2F...).
+    query = "&".join(f"{k}={quote(v, safe=',:')}" for k, v in extras.items())
     return f"nsq://:{secret}@nsqd.example.com:4155?{query}"
 
 
@@ -95,6 +98,7 @@ def _check(hook: NSQHook) -> None:
     assert hook.nsqd_tcp_addresses == ["nsqd.example.com:4155", "nsqd-2:4150", "nsqd-3:4150"]
     assert hook.http_port == 4151
     assert hook.https_port == 4152
+    assert hook.nsqadmin_url == "https://nsqadmin.example.com:4171/nsq"
 
 
 def test_every_extra_is_documented_in_the_test():
@@ -146,7 +150,7 @@ def test_defaults_and_legacy_prefixed_or_blank_extras(monkeypatch):
     ("key", "value"),
     [
         ("tls", "yes"),
-        ("tls_verify", 1),
+        ("tls_verify", 2),
         ("deflate_level", "six"),
         ("deflate_level", 12),
         ("compression", "gzip"),
@@ -164,6 +168,9 @@ def test_defaults_and_legacy_prefixed_or_blank_extras(monkeypatch):
         ("nsqd_tcp_addresses", ["nsqd-2:4150", 3]),
         ("nsqd_tcp_addresses", "nsqd-2:port"),
         ("max_body_size", -1),
+        ("nsqadmin_url", "nsqadmin:4171"),
+        ("nsqadmin_url", "ftp://nsqadmin"),
+        ("nsqadmin_url", 4171),
     ],
 )
 def test_wrong_typed_extra_names_the_key(monkeypatch, key, value):
@@ -185,6 +192,15 @@ def test_unknown_extra_names_the_key_but_not_its_value(monkeypatch, caplog):
     assert "tls_verify" in str(info.value)  # lists what is allowed
     assert SECRET not in str(info.value)
     assert SECRET not in caplog.text
+
+
+def test_a_bad_url_is_refused_without_showing_it(monkeypatch):
+    url = f"nsqadmin.internal/?token={SECRET}"  # no scheme: not a URL nsqadmin serves
+    conn = {"conn_type": "nsq", "host": "nsqd", "extra": {"nsqadmin_url": url}}
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_BAD", json.dumps(conn))
+    with pytest.raises(NSQConnectionConfigError, match=r"nsqadmin_url.*https") as info:
+        NSQHook(nsq_conn_id="nsq_bad").get_client_config()
+    assert SECRET not in str(info.value)
 
 
 def test_secret_never_in_repr_or_logs(monkeypatch, caplog):

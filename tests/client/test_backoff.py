@@ -28,3 +28,12 @@ def test_a_first_wait_above_the_cap_waits_the_cap() -> None:
 def test_nonsense_is_an_error_naming_the_values(start, cap, factor) -> None:
     with pytest.raises(NSQValueError, match=f"start={start!r}"):
         Backoff(start, cap, factor)
+
+
+def test_the_nth_wait_is_what_the_nth_next_returns():
+    backoff = Backoff(4, 300)
+    waits = [backoff.next() for _ in range(9)]
+    assert waits == [Backoff(4, 300).nth(n) for n in range(1, 10)]
+    assert waits[:4] == [4, 8, 16, 32] and waits[-1] == 300
+    with pytest.raises(NSQValueError, match="n=1"):
+        backoff.nth(0)

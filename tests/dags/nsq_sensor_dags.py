@@ -132,3 +132,34 @@ def publish_and_wait_dag():
 
 
 publish_and_wait = publish_and_wait_dag()
+
+
+@dag(
+    dag_id="nsq_sensor_templated",
+    schedule=None,
+    start_date=datetime.datetime(2024, 1, 1),
+    catchup=False,
+    params={"topic": "nsq_sensor_test", "channel": "sensor", "min": 2, "max": 3, "window": 1.5},
+    default_args={"retries": 0},
+)
+def templated_sensor_dag():
+    """The window's sizes from params, rendered when the task runs."""
+    messages = NSQSensor(
+        task_id="wait_for_messages",
+        topic="{{ params.topic }}",
+        channel="{{ params.channel }}",
+        min_messages="{{ params.min }}",
+        max_messages="{{ params.max }}",
+        window="{{ params.window }}",
+        poke_interval=0.2,
+        timeout=30,
+    )
+
+    @task
+    def received(records: list[dict]) -> list[dict]:
+        return records
+
+    received(messages.output)
+
+
+templated_sensor = templated_sensor_dag()

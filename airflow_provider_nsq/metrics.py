@@ -1,0 +1,228 @@
+"""The provider's metrics, sent through Airflow's ``Stats``: StatsD, Datadog or
+OpenTelemetry, whichever ``[metrics]`` turns on, with nothing to configure here.
+
+Every name starts with :data:`PREFIX` (after Airflow's own ``[metrics] statsd_prefix`` /
+``otel_prefix``, ``airflow`` by default) and is listed in :data:`METRICS`, which
+docs/metrics.md documents one by one. What varies with the call (topic, channel, DAG,
+task) goes in tags, as in Airflow's own metrics: StatsD shows tags only with
+``statsd_influxdb_enabled`` or Datadog; OpenTelemetry keeps them as attributes. The
+publish kind (PUB, DPUB, MPUB) and the way a sensor checked (HTTP or TCP) are part of
+the name.
+
+Which ``Stats`` a process configured differs (Airflow 3.2 and 3.3 keep two copies of
+it): task processes configure the task SDK's (common-compat's ``Stats``), the triggerer
+Airflow core's (``airflow.observability.stats``); Airflow 3.0 and 3.1 have one, built
+from ``[metrics]`` on first use. :func:`emitter` picks the one for where the code runs.
+
+Sending a metric never fails the caller: an error is logged at debug level and dropped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+PREFIX = "nsq"
+
+MetricType = Literal["counter", "gauge", "timer"]
+PublishKind = Literal["pub", "dpub", "mpub"]
+Where = Literal["task", "triggerer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric: its full name (with :data:`PREFIX`), type and meaning."""
+
+    name: str
+    type: MetricType
+    description: str
+    tags: tuple[str, ...]
+
+
+_TASK_TAGS = ("dag_id", "task_id", "topic")
+_SENSOR_TAGS = (*_TASK_TAGS, "channel")
+_EVENT_TAGS = ("topic", "channel")
+
+
+def _publish_metrics(kind: PublishKind, command: str) -> list[Metric]:
+    return [
+        Metric(
+            f"{PREFIX}.publish.{kind}.messages",
+            "counter",
+            f"Messages nsqd accepted ({command}), once nsqd answered OK.",
+            _TASK_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.publish.{kind}.bytes",
+            "counter",
+            f"Body bytes of those messages ({command}).",
+            _TASK_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.publish.{kind}.errors",
+            "counter",
+            f"{command} tasks whose publish failed (nsqd refused it, or could not be reached).",
+            (*_TASK_TAGS, "error"),
+        ),
+    ]
+
+
+#: Every metric the provider sends, by name.
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        *_publish_metrics("pub", "NSQPublishOperator, PUB"),
+        *_publish_metrics("dpub", "NSQDeferredPublishOperator, DPUB"),
+        *_publish_metrics("mpub", "NSQMultiPublishOperator, MPUB"),
+        Metric(
+            f"{PREFIX}.sensor.checks.http",
+            "counter",
+            "Sensor checks that read the channel's depth from nsqd's HTTP API (/stats): "
+            "nothing is taken.",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.checks.tcp",
+            "counter",
+            "Sensor checks that were a window (no HTTP API): each short one redelivers "
+            "what it saw.",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.depth",
+            "gauge",
+            "Messages ready on the channel at the last HTTP check (summed over nsqds).",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.window.taken",
+            "counter",
+            "Messages sensor windows took off the channel.",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.window.requeued",
+            "counter",
+            "Messages sensor windows handed back (REQ): a short window, over "
+            "max_xcom_bytes, rejected with rejected='requeue', or a failed XCom push.",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.window.filtered",
+            "counter",
+            "Messages the message_filter rejected and the window FINished (rejected='finish').",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.window.delivered",
+            "counter",
+            "Messages pushed to XCom, then FINished.",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.sensor.window.xcom_bytes",
+            "gauge",
+            "Size of the last XCom value a window pushed (the JSON the database stores).",
+            _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.event.received",
+            "counter",
+            "Messages the event trigger took off the channel (redeliveries included).",
+            _EVENT_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.event.finished",
+            "counter",
+            "Messages FINished: their asset event was stored (Airflow >= 3.3; before, "
+            "handed to the triggerer), or every filter rejected them.",
+            _EVENT_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.event.requeued",
+            "counter",
+            "Messages REQ'd: their event could not be stored, or a dead-letter publish failed.",
+            _EVENT_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.event.dead_lettered",
+            "counter",
+            "Messages every filter rejected, published to dead_letter_topic.",
+            _EVENT_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.event.delay",
+            "timer",
+            "Milliseconds from publish (nsqd's timestamp of the batch's oldest message) "
+            "to its asset event stored.",
+            _EVENT_TAGS,
+        ),
+    ]
+}
+
+
+def _task_stats() -> Any:
+    from airflow.providers.common.compat.sdk import Stats
+
+    return Stats
+
+
+def _triggerer_stats() -> Any:
+    try:
+        # Airflow >= 3.2: core's own Stats, the copy the triggerer configures.
+        from airflow.observability import stats
+    except ImportError:  # Airflow 3.0, 3.1: one Stats for every process
+        return _task_stats()
+    return stats.Stats
+
+
+class Emitter:
+    """Sends the provider's metrics from one place (a task, or the triggerer)."""
+
+    def __init__(self, where: Where) -> None:
+        self.where = where
+
+    def _stats(self) -> Any:
+        return _task_stats() if self.where == "task" else _triggerer_stats()
+
+    def _send(self, method: str, name: str, value: Any, tags: Mapping[str, Any]) -> None:
+        if name not in METRICS:  # a programming error, not a runtime condition
+            raise KeyError(f"{name} is not in metrics.METRICS (and docs/metrics.md)")
+        try:
+            clean = {k: str(v) for k, v in tags.items() if v is not None and v != ""}
+            getattr(self._stats(), method)(name, value, tags=clean)
+        except Exception as exc:  # metrics must never fail a task or a trigger
+            log.debug("Could not send metric %s (%s)", name, exc)
+
+    def incr(self, name: str, count: int = 1, **tags: Any) -> None:
+        """Add ``count`` to counter ``name`` (nothing for 0)."""
+        if count:
+            self._send("incr", name, count, tags)
+
+    def gauge(self, name: str, value: float, **tags: Any) -> None:
+        """Set gauge ``name``."""
+        self._send("gauge", name, value, tags)
+
+    def timing(self, name: str, seconds: float, **tags: Any) -> None:
+        """Record ``seconds`` in timer ``name`` (sent as a timedelta: milliseconds)."""
+        self._send("timing", name, datetime.timedelta(seconds=max(seconds, 0.0)), tags)
+
+
+def emitter(where: Where) -> Emitter:
+    """The emitter for code running in a task process or in the triggerer."""
+    return Emitter(where)
+
+
+def task_tags(context: Mapping[str, Any] | None, **tags: Any) -> dict[str, Any]:
+    """``dag_id`` and ``task_id`` from a task's context, plus ``tags``."""
+    ti = (context or {}).get("ti")
+    return {
+        "dag_id": getattr(ti, "dag_id", None),
+        "task_id": getattr(ti, "task_id", None),
+        **tags,
+    }

@@ -1,0 +1,233 @@
+"""A real Airflow for end-to-end tests: ``api-server``, ``scheduler``, ``dag-processor``
+and ``triggerer`` as separate processes in a temporary ``AIRFLOW_HOME`` (SQLite,
+LocalExecutor, everything on 127.0.0.1), each in its own process group so that it can be
+stopped (or killed) whole, its output in ``<root>/<component>.log``."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what: str, predicate: Callable[[], T], timeout: float, interval: float = 0.5) -> T:
+    """``predicate()``'s first truthy value, or AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s")
+        time.sleep(interval)
+
+
+def utc_timestamp(text: str) -> float:
+    """Seconds since the epoch of a timestamp the metadata DB stores (UTC, maybe naive)."""
+    stamp = datetime.datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+    return stamp.timestamp()
+
+
+class RealAirflow:
+    """The Airflow processes of one test.
+
+    :param root: an empty directory for the home, the DAGs and the logs.
+    :param dag_files: copied into the DAG folder.
+    :param env: more environment (connections, ``[metrics]``, ...) for every component.
+    """
+
+    COMPONENTS = {
+        "api-server": ["api-server", "-H", "127.0.0.1"],
+        "scheduler": ["scheduler", "--skip-serve-logs"],
+        "dag-processor": ["dag-processor"],
+        "triggerer": ["triggerer", "--skip-serve-logs"],
+    }
+
+    def __init__(self, root: Path, dag_files: Iterable[Path], env: Mapping[str, str]) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.dags = root / "dags"
+        self.home.mkdir()
+        self.dags.mkdir()
+        for dag_file in dag_files:
+            shutil.copy(dag_file, self.dags)
+        self.api_port = free_port()
+        self.env = {
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+                [
+                    {
+                        "name": "dags-folder",
+                        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                        "kwargs": {"path": str(self.dags)},
+                    }
+                ]
+            ),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}/",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            # A restarted triggerer takes over the dead one's triggers this soon.
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "8",
+            **env,
+        }
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[Any] = []
+        self._token: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.root / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def migrate(self) -> None:
+        """``airflow db migrate``; skips the test when Airflow cannot start here."""
+        done = subprocess.run(
+            [AIRFLOW, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=300
+        )
+        if done.returncode != 0:
+            pytest.skip(
+                f"Airflow cannot start here: `airflow db migrate` failed: {done.stderr[-800:]}"
+            )
+
+    def start(self, name: str) -> None:
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
+        self._logs.append(log)
+        self.processes[name] = subprocess.Popen(
+            [AIRFLOW, *self.COMPONENTS[name.split("#")[0]]],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopped (or killed) whole
+        )
+
+    def start_all(self) -> None:
+        """Every component; skips the test when the API server does not come up."""
+        for name in self.COMPONENTS:
+            self.start(name)
+        try:
+            wait_until("the API server answers", self.api_healthy, 180, interval=1)
+        except AssertionError as exc:
+            pytest.skip(f"Airflow cannot start here: {exc}:\n{self.log_tail('api-server')}")
+
+    def check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"airflow {name} exited with {proc.returncode}:\n{self.log_tail(name)}"
+                )
+
+    def api_healthy(self) -> bool:
+        self.check_alive()
+        try:
+            self._request("GET", "/api/v2/monitor/health", None, {})
+        except OSError:
+            return False
+        return True
+
+    def _request(self, method: str, path: str, body: Any, headers: dict[str, str]) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", **headers},
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """A JSON request to the API server, with the token the simple auth manager hands
+        out when ``[core] simple_auth_manager_all_admins`` is on (Airflow 3.1 does not
+        add it to requests itself, as 3.0 and 3.3 do)."""
+        if self._token is None:
+            try:
+                self._token = self._request("GET", "/auth/token", None, {})["access_token"]
+            except (urllib.error.HTTPError, KeyError, TypeError):
+                self._token = ""  # not that auth manager: ask without
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        return self._request(method, path, body, headers)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the component and everything it started (its process group)."""
+        proc = self.processes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for proc in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + 30
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers: workers, uvicorn children
+            proc.wait(timeout=30)
+        self.processes.clear()
+        for log in self._logs:
+            log.close()
+
+    # -- the metadata DB (read-only, short queries: the scheduler writes meanwhile) --------
+
+    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        db = self.home / "airflow.db"
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+            ) as conn:
+                return conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError:
+            return []  # locked, or tables not created yet: ask again later
+
+    def import_errors(self) -> list[str]:
+        return [row[0] for row in self.query("SELECT stacktrace FROM import_error")]
