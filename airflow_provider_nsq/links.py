@@ -25,7 +25,8 @@ from urllib.parse import quote
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
-from .hooks.nsq import NSQHook, is_templated
+from .client.setting_values import is_templated
+from .hooks.nsq import NSQHook
 from .triggers.nsq_event import NSQEventTrigger
 
 log = logging.getLogger(__name__)

@@ -149,7 +149,7 @@ def nsq_gate_spark_job():
     @task
     def stage_events(records: list[dict[str, Any]]) -> dict[str, Any]:
         """Write the gate's messages as JSON Lines for the job; skip non-JSON bodies."""
-        from airflow_provider_nsq.spark import options_from_client_config
+        from airflow_provider_nsq.spark import options_from_settings
 
         context = get_current_context()
         params = context["params"]
@@ -168,11 +168,12 @@ def nsq_gate_spark_job():
                 event.update(nsq_id=record["id"], nsq_attempts=record["attempts"])
                 out.write(json.dumps(event, separators=(",", ":")) + "\n")
                 staged += 1
-        # The data source options may hold the AUTH secret: a file only we can read.
+        # The data source options may hold the AUTH secret: a file only we can read. They
+        # carry the connection's nsqds too: the job's publishes fail over along them.
         options_path = run_dir / "nsq-options.json"
         fd = os.open(options_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(options_from_client_config(NSQHook("nsq_default").get_client_config()), out)
+            json.dump(options_from_settings(NSQHook("nsq_default").get_settings()), out)
         log.info(
             "staged %s events in %s (%s non-JSON bodies skipped)", staged, events_path, skipped
         )

@@ -96,7 +96,7 @@ def nsq_stream_gate_spark_job():
     @task
     def stage_options() -> dict[str, Any]:
         """The data source options for the job, in a file only this user can read."""
-        from airflow_provider_nsq.spark import options_from_client_config
+        from airflow_provider_nsq.spark import options_from_settings
 
         context = get_current_context()
         run_dir = _run_dir(
@@ -104,17 +104,11 @@ def nsq_stream_gate_spark_job():
         )
         options_path = run_dir / "nsq-options.json"
         fd = os.open(options_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        hook = NSQHook("nsq_default")
-        options = options_from_client_config(hook.get_client_config())
-        # The connection's nsqds: where the job publishes its results (failing over
-        # along the list), and, without nsqlookupd, where the reader reads from.
-        more_nsqds = hook.nsqd_tcp_addresses[1:]
-        if more_nsqds:
-            options["nsqd_tcp_addresses"] = ",".join(more_nsqds)
-        # With nsqlookupd the reader finds every nsqd that has the topic itself, and
-        # keeps asking while it drains (the writer does not take this option).
-        if hook.lookupd_http_addresses:
-            options["lookupd_http_addresses"] = ",".join(hook.lookupd_http_addresses)
+        # The reader's options from nsq_default: its nsqds (where the job publishes its
+        # results, failing over along them, and, without nsqlookupd, where the reader
+        # reads) and its nsqlookupds (with them the reader finds every nsqd that has the
+        # topic, and keeps asking while it drains; the job drops them for the writer).
+        options = options_from_settings(NSQHook("nsq_default").get_settings(), "read")
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(options, out)
         return {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .. import __version__
 from ..protocol.constants import (
@@ -24,13 +24,16 @@ from ..protocol.constants import (
     MIN_OUTPUT_BUFFER_SIZE,
     MIN_OUTPUT_BUFFER_TIMEOUT_MS,
 )
-from ..protocol.errors import NSQValueError
+from ..protocol.errors import NSQSettingError
 from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from .setting_fields import EXTRA, NOWHERE, READ, WRITE, check_fields, setting
 
 Compression = Literal["none", "snappy", "deflate"]
-COMPRESSIONS: tuple[str, ...] = ("none", "snappy", "deflate")
+COMPRESSIONS: tuple[str, ...] = get_args(Compression)
 
 DEFAULT_USER_AGENT = f"airflow-provider-nsq/{__version__}"
+#: The longest ``read_timeout``: a frozen nsqd may cost a task at most this per command.
+MAX_READ_TIMEOUT_S = 3600
 
 
 def _default_client_id() -> str:
@@ -41,104 +44,251 @@ def _default_hostname() -> str:
     return socket.gethostname()
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class ClientConfig:
     """Connection settings for one nsqd (TCP protocol).
 
     Durations that nsqd negotiates are in nsqd's unit (ms); socket timeouts are seconds.
     ``None`` for a negotiable value means "nsqd's default" and leaves it out of IDENTIFY.
+
+    Each field is described once, in its ``metadata`` (:mod:`.setting_fields`): its checks
+    here, the connection form and its extras, and the Spark data source's options all come
+    from that description. A field added here with ``sources`` left as they are is a
+    connection extra, a form field and an option of both Spark option sets at once.
     """
 
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_NSQD_TCP_PORT
-    connect_timeout: float = 5.0
-    read_timeout: float = 30.0
-    client_id: str = field(default_factory=_default_client_id)
-    hostname: str = field(default_factory=_default_hostname)
-    user_agent: str = DEFAULT_USER_AGENT
-    feature_negotiation: bool = True
-    heartbeat_interval_ms: int | None = None  # -1 disables (publish-only connections)
-    msg_timeout_ms: int | None = None
-    output_buffer_size: int | None = None  # -1 = unbuffered delivery
-    output_buffer_timeout_ms: int | None = None
-    sample_rate: int | None = None
-    tls: bool = False
-    tls_verify: bool = True
-    tls_ca_file: str | None = None
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    tls_server_name: str | None = None  # defaults to host
-    auth_secret: str | None = field(default=None, repr=False)
-    compression: Compression = "none"
-    deflate_level: int = 6
-    max_msg_size: int = DEFAULT_MAX_MSG_SIZE
-    max_body_size: int = DEFAULT_MAX_BODY_SIZE
-    max_req_timeout_ms: int = DEFAULT_MAX_REQ_TIMEOUT_MS
+    host: str = field(
+        default="127.0.0.1",
+        metadata=setting("nsqd host", "nsqd's host name or IP address.", sources=NOWHERE),
+    )
+    port: int = field(
+        default=DEFAULT_NSQD_TCP_PORT,
+        metadata=setting(
+            "nsqd TCP port",
+            "nsqd's TCP port (4150 by default), not its HTTP port.",
+            kind="integer",
+            minimum=1,
+            maximum=65535,
+            sources=NOWHERE,
+        ),
+    )
+    auth_secret: str | None = field(
+        default=None,
+        repr=False,
+        metadata=setting(
+            "AUTH secret",
+            "The secret sent with AUTH when nsqd runs with --auth-http-address "
+            "(an Airflow connection's password).",
+            sources=frozenset({WRITE, READ}),
+            secret=True,
+        ),
+    )
+    tls: bool = field(
+        default=False,
+        metadata=setting(
+            "TLS",
+            "Upgrade the connection to TLS after IDENTIFY (nsqd needs --tls-cert/--tls-key).",
+            kind="boolean",
+        ),
+    )
+    tls_verify: bool = field(
+        default=True,
+        metadata=setting(
+            "Verify TLS certificate",
+            "Check nsqd's certificate and host name (default true). Turn off only for testing.",
+            kind="boolean",
+        ),
+    )
+    tls_ca_file: str | None = field(
+        default=None,
+        metadata=setting(
+            "TLS CA file",
+            "Path (on the worker) to the CA bundle that signed nsqd's certificate; "
+            "empty: the system CAs.",
+            placeholder="/etc/ssl/nsq/ca.pem",
+        ),
+    )
+    tls_cert_file: str | None = field(
+        default=None,
+        metadata=setting(
+            "TLS client certificate file",
+            "Path to a client certificate, for nsqd --tls-client-auth-policy; needs the key "
+            "file too.",
+        ),
+    )
+    tls_key_file: str | None = field(
+        default=None,
+        metadata=setting("TLS client key file", "Path to the client certificate's private key."),
+    )
+    tls_server_name: str | None = field(
+        default=None,
+        metadata=setting(
+            "TLS server name",
+            "The name to verify in nsqd's certificate when it differs from the host; "
+            "empty: the host.",
+        ),
+    )
+    compression: Compression = field(
+        default="none",
+        metadata=setting(
+            "Compression",
+            "Compress the connection: none, snappy or deflate (negotiated with nsqd).",
+            choices=COMPRESSIONS,
+            placeholder="none",
+        ),
+    )
+    deflate_level: int = field(
+        default=6,
+        metadata=setting(
+            "Deflate level",
+            "1-9; nsqd caps it at its --max-deflate-level (6 by default).",
+            kind="integer",
+            minimum=1,
+            maximum=9,
+        ),
+    )
+    heartbeat_interval_ms: int | None = field(
+        default=None,
+        metadata=setting(
+            "Heartbeat interval (ms)",
+            "How often nsqd sends heartbeats; empty: nsqd's default (30000). nsqd drops a "
+            "client that is silent for two intervals.",
+            kind="integer",
+            minimum=MIN_HEARTBEAT_INTERVAL_MS,
+            special={-1: "off", 0: "nsqd's default"},
+        ),
+    )
+    msg_timeout_ms: int | None = field(
+        default=None,
+        metadata=setting(
+            "Message timeout (ms)",
+            "How long a delivered message may stay unanswered before nsqd redelivers it; "
+            "empty: nsqd's --msg-timeout (60000).",
+            kind="integer",
+            minimum=MIN_MSG_TIMEOUT_MS,
+            special={0: "nsqd's default"},
+            sources=frozenset({EXTRA, READ}),
+            refused={WRITE: "it only applies to consumers; the nsq data source only publishes"},
+        ),
+    )
+    client_id: str = field(
+        default_factory=_default_client_id,
+        metadata=setting("Client ID", "Shown in nsqd's /stats; empty: the short host name."),
+    )
+    connect_timeout: float = field(
+        default=5.0,
+        metadata=setting(
+            "Connect timeout (s)",
+            "Seconds to open the TCP connection and finish the handshake (default 5).",
+            kind="seconds",
+        ),
+    )
+    read_timeout: float = field(
+        default=30.0,
+        metadata=setting(
+            "Read timeout (s)",
+            "Seconds to wait for nsqd's answer to a command (a publish's OK) before failing "
+            "(default 30, at most 3600). Bounds what a frozen nsqd costs a task.",
+            kind="seconds",
+            maximum=MAX_READ_TIMEOUT_S,
+        ),
+    )
+    max_msg_size: int = field(
+        default=DEFAULT_MAX_MSG_SIZE,
+        metadata=setting(
+            "Max message size (bytes)",
+            "nsqd's --max-msg-size (1048576); bigger bodies are refused before sending.",
+            kind="integer",
+            minimum=1,
+        ),
+    )
+    max_body_size: int = field(
+        default=DEFAULT_MAX_BODY_SIZE,
+        metadata=setting(
+            "Max body size (bytes)",
+            "nsqd's --max-body-size (5242880); MPUB batches are split to fit.",
+            kind="integer",
+            minimum=1,
+        ),
+    )
+    max_req_timeout_ms: int = field(
+        default=DEFAULT_MAX_REQ_TIMEOUT_MS,
+        metadata=setting(
+            "Max defer/requeue delay (ms)",
+            "nsqd's --max-req-timeout (3600000); longer DPUB delays are refused before sending.",
+            kind="integer",
+            minimum=1,
+            sources=frozenset({EXTRA}),
+            refused={
+                WRITE: "it only limits DPUB and REQ delays; the data source uses MPUB",
+                READ: "the stream reader only REQs without delay",
+            },
+        ),
+    )
+    # Set from code only: what IDENTIFY says about the client, and nsqd's delivery tuning.
+    hostname: str = field(
+        default_factory=_default_hostname,
+        metadata=setting("Host name", "Sent in IDENTIFY.", sources=NOWHERE),
+    )
+    user_agent: str = field(
+        default=DEFAULT_USER_AGENT,
+        metadata=setting("User agent", "Sent in IDENTIFY.", sources=NOWHERE),
+    )
+    feature_negotiation: bool = field(
+        default=True,
+        metadata=setting(
+            "Feature negotiation",
+            "Ask nsqd for its settings in IDENTIFY (TLS and compression need it).",
+            kind="boolean",
+            sources=NOWHERE,
+        ),
+    )
+    output_buffer_size: int | None = field(
+        default=None,
+        metadata=setting(
+            "Output buffer size (bytes)",
+            "nsqd's buffer for this client's deliveries.",
+            kind="integer",
+            minimum=MIN_OUTPUT_BUFFER_SIZE,
+            special={-1: "unbuffered", 0: "nsqd's default"},
+            sources=NOWHERE,
+        ),
+    )
+    output_buffer_timeout_ms: int | None = field(
+        default=None,
+        metadata=setting(
+            "Output buffer timeout (ms)",
+            "How long nsqd buffers deliveries before writing them.",
+            kind="integer",
+            minimum=MIN_OUTPUT_BUFFER_TIMEOUT_MS,
+            special={-1: "off", 0: "nsqd's default"},
+            sources=NOWHERE,
+        ),
+    )
+    sample_rate: int | None = field(
+        default=None,
+        metadata=setting(
+            "Sample rate (%)",
+            "Deliver only this percentage of the channel's messages (0: every message).",
+            kind="integer",
+            minimum=0,
+            maximum=99,
+            sources=NOWHERE,
+        ),
+    )
 
     def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> NSQValueError:
-            value = getattr(self, name)
-            return NSQValueError(f"ClientConfig.{name}={value!r} is invalid: {why}")
-
-        if not isinstance(self.host, str) or not self.host:
-            raise bad("host", "expected a host name or IP address")
-        if not _is_int(self.port) or not 0 < self.port < 65536:
-            raise bad("port", "expected a TCP port 1-65535 (nsqd's TCP port, default 4150)")
-        for name in ("connect_timeout", "read_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise bad(name, "expected a number of seconds > 0")
-        for name in ("client_id", "hostname", "user_agent"):
-            if not isinstance(getattr(self, name), str):
-                raise bad(name, "expected a string")
-        hb = self.heartbeat_interval_ms
-        if hb is not None and not (
-            _is_int(hb) and (hb in (-1, 0) or hb >= MIN_HEARTBEAT_INTERVAL_MS)
-        ):
-            raise bad(
-                "heartbeat_interval_ms",
-                f"expected -1 (off), 0 (server default) or >= {MIN_HEARTBEAT_INTERVAL_MS} ms",
-            )
-        mt = self.msg_timeout_ms
-        if mt is not None and not (_is_int(mt) and (mt == 0 or mt >= MIN_MSG_TIMEOUT_MS)):
-            raise bad(
-                "msg_timeout_ms", f"expected 0 (server default) or >= {MIN_MSG_TIMEOUT_MS} ms"
-            )
-        obs = self.output_buffer_size
-        if obs is not None and not (
-            _is_int(obs) and (obs in (-1, 0) or obs >= MIN_OUTPUT_BUFFER_SIZE)
-        ):
-            raise bad("output_buffer_size", f"expected -1, 0 or >= {MIN_OUTPUT_BUFFER_SIZE} bytes")
-        obt = self.output_buffer_timeout_ms
-        if obt is not None and not (
-            _is_int(obt) and (obt in (-1, 0) or obt >= MIN_OUTPUT_BUFFER_TIMEOUT_MS)
-        ):
-            raise bad(
-                "output_buffer_timeout_ms",
-                f"expected -1, 0 or >= {MIN_OUTPUT_BUFFER_TIMEOUT_MS} ms",
-            )
-        sr = self.sample_rate
-        if sr is not None and not (_is_int(sr) and 0 <= sr <= 99):
-            raise bad("sample_rate", "expected 0 (every message) to 99 (percent)")
-        if self.compression not in COMPRESSIONS:
-            raise bad("compression", f"expected one of {', '.join(COMPRESSIONS)}")
-        if not _is_int(self.deflate_level) or not 1 <= self.deflate_level <= 9:
-            raise bad("deflate_level", "expected 1-9")
-        for name in ("max_msg_size", "max_body_size", "max_req_timeout_ms"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) <= 0:
-                raise bad(name, "expected a positive integer")
+        check_fields(self, "ClientConfig.")
         if (self.tls or self.compression != "none") and not self.feature_negotiation:
-            raise bad("feature_negotiation", "TLS and compression need feature negotiation")
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise NSQValueError(
-                "ClientConfig.tls_cert_file and tls_key_file must be given together"
+            raise NSQSettingError(
+                "feature_negotiation", "must be on for TLS and compression", "ClientConfig."
             )
-        if self.auth_secret is not None and not isinstance(self.auth_secret, str):
-            raise NSQValueError("ClientConfig.auth_secret must be a string")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            given = "tls_cert_file" if self.tls_key_file is None else "tls_key_file"
+            missing = "tls_key_file" if self.tls_key_file is None else "tls_cert_file"
+            raise NSQSettingError(
+                given, f"needs {missing} too (set both together, or neither)", "ClientConfig."
+            )
 
     @property
     def address(self) -> str:

@@ -8,7 +8,7 @@ so DAGs see one shape (the same keys, always) whichever way a message reached th
 from __future__ import annotations
 
 import base64
-import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
@@ -60,17 +60,17 @@ def decode_record_body(record: dict[str, Any]) -> bytes:
 
 
 def import_callable(path: str, what: str = "message_filter") -> MessageFilter:
-    """Resolve ``"package.module.function"`` to the function.
+    """Resolve ``"package.module.function"`` (or ``"package.module:function"``) to the
+    function, as :func:`pkgutil.resolve_name` reads it.
 
     :param path: the dotted path.
     :param what: the option's name, for the error message.
     """
-    module_name, _, attr = path.rpartition(".")
-    if not module_name:
+    if not isinstance(path, str) or not ("." in path or ":" in path):
         raise NSQValueError(f"{what} {path!r} is not a dotted path (module.function)")
     try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        target = pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise NSQValueError(f"{what} {path!r} cannot be imported: {exc}") from None
     if not callable(target):
         raise NSQValueError(f"{what} {path!r} is not callable")

@@ -13,6 +13,11 @@ import math
 
 from ..protocol.errors import NSQValueError
 
+#: A delay as users give it: whole milliseconds (NSQ's unit) or a timedelta.
+Delay = datetime.timedelta | int
+#: A wait as users give it: seconds (Airflow's unit) or a timedelta.
+Duration = datetime.timedelta | float
+
 # Go's strconv.ParseBool, which nsqd's own flags use: one set of words everywhere.
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
@@ -64,3 +69,45 @@ def parse_seconds(value: object) -> float:
     if not math.isfinite(seconds) or seconds <= 0:
         raise NSQValueError(f"must be a number of seconds > 0, got {value!r}")
     return seconds
+
+
+def delay_to_ms(delay: object, what: str = "delay") -> int:
+    """A DPUB or REQ delay as whole milliseconds: an int (ms) or a ``timedelta``.
+
+    Only the type and sign are checked here; the upper bound is the connection's
+    ``max_req_timeout_ms`` (nsqd's --max-req-timeout), checked before sending.
+    """
+    if isinstance(delay, datetime.timedelta):
+        one_ms = datetime.timedelta(milliseconds=1)
+        if delay % one_ms:
+            raise NSQValueError(f"{what} {delay!r} is not a whole number of milliseconds")
+        ms = delay // one_ms
+    elif isinstance(delay, int) and not isinstance(delay, bool):
+        ms = delay
+    else:
+        raise NSQValueError(
+            f"{what} must be a timedelta or whole milliseconds (int), got {delay!r}"
+        )
+    if ms < 0:
+        raise NSQValueError(f"{what} must not be negative, got {ms} ms")
+    return ms
+
+
+def duration_to_seconds(value: object, what: str) -> float:
+    """A wait as float seconds: a number of seconds or a ``timedelta``; must be > 0."""
+    try:
+        return parse_seconds(value)
+    except NSQValueError as exc:
+        raise NSQValueError(f"{what} {exc}") from None
+
+
+def int_in_range(value: object, what: str, minimum: int, maximum: int) -> int:
+    """``value`` as an int from ``minimum`` to ``maximum``, or an error naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise NSQValueError(f"{what} must be an int {minimum}-{maximum}, got {value!r}")
+    return value
+
+
+def is_templated(value: object) -> bool:
+    """True for a string Airflow will render (``{{ ... }}``): validate it after rendering."""
+    return isinstance(value, str) and "{{" in value

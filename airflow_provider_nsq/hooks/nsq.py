@@ -1,16 +1,16 @@
 """``NSQHook``: the only place that reads an Airflow Connection of type ``nsq``.
 
-It turns the Connection into a :class:`~airflow_provider_nsq.client.ClientConfig`
-(:func:`client_config_from_connection`, used by the task-side hook and by the trigger
-alike), owns the client connections a task opens, and offers the calls operators and
-sensors make: publish, deferred publish, batch publish and one consume window.
+It turns the Connection into the client's settings (:func:`settings_from_connection`:
+a :class:`~airflow_provider_nsq.client.connection_settings.ConnectionSettings`, read by
+the settings model as every other source of settings is; for the task-side hook and the
+triggers alike) and hands out the client's objects: the producer (publish, deferred
+publish, batch publish), consumers (a consume window), nsqd's HTTP API (a channel's
+depth) and the connection test.
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime
-import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,17 +20,27 @@ from airflow.providers.common.compat.connection import (
 )
 from airflow.providers.common.compat.sdk import BaseHook
 
-from ..client import ClientConfig, NSQConnection, NSQMessage, encode_body
-from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
+from ..client.blocking import NSQConnection
+from ..client.bodies import encode_bodies, encode_body
+from ..client.channel_depth import ChannelDepthReader
+from ..client.config import ClientConfig
+from ..client.connection_settings import ConnectionSettings
 from ..client.consumer import NSQConsumer
-from ..client.lookupd import LookupdClient, Producer, parse_addresses, parse_lookupd_address
-from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient, combine_depths
-from ..client.producer import NSQProducer, nsqd_addresses
-from ..client.setting_values import parse_bool, parse_int, parse_seconds
+from ..client.message import NSQMessage
+from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
+from ..client.producer import NSQProducer
+from ..client.setting_fields import EXTRA
+from ..client.setting_values import Delay, Duration, delay_to_ms, duration_to_seconds
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms
-from ..protocol.errors import NSQAuthError, NSQError, NSQServerError, NSQValueError
-from ..protocol.names import validate_channel_name, validate_topic_name
+from ..protocol.errors import (
+    NSQAuthError,
+    NSQError,
+    NSQServerError,
+    NSQSettingError,
+    NSQValueError,
+)
+from ..protocol.names import validate_topic_name
 from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
@@ -38,158 +48,41 @@ if TYPE_CHECKING:
 
 #: Prefix the pre-3.2 connection form (and old UIs) put in front of extra names.
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
-#: Extras that configure the hook, not the TCP client.
-_HOOK_ONLY_EXTRAS = (
-    "lookupd_http_addresses",
-    "nsqd_tcp_addresses",
-    "http_port",
-    "https_port",
-    "nsqadmin_url",
-)
-#: Extras that list addresses (a comma-separated string or a list), and each entry's check.
-_ADDRESS_LISTS = {
-    "lookupd_http_addresses": parse_lookupd_address,
-    "nsqd_tcp_addresses": lambda a: parse_address(a, DEFAULT_NSQD_TCP_PORT, "entry"),
-}
 #: Longest wait test_connection() allows itself, whatever the connection says.
 _TEST_CONNECTION_TIMEOUT_S = 10.0
-
-Delay = datetime.timedelta | int
-Duration = datetime.timedelta | float
 
 
 class NSQConnectionConfigError(NSQValueError):
     """An ``nsq`` Airflow Connection has an unknown, missing or wrong-typed field."""
 
 
-def _bad(conn_id: str, key: str, why: str) -> NSQConnectionConfigError:
-    return NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra {key!r} {why}")
-
-
-_PARSERS = {"boolean": parse_bool, "integer": parse_int, "number": parse_seconds}
-
-
-def _coerce_extra(conn_id: str, key: str, value: Any) -> Any:
-    """One extra's value, converted to the type its conn-field declares.
-
-    Strings are accepted for every type, because the URI form only has strings:
-    ``tls=true``, ``deflate_level=6``.
-    """
-    schema = CONN_FIELDS[key]["schema"]
-    parse = _PARSERS.get(schema["type"][0])
-    if parse is not None:
-        try:
-            value = parse(value)
-        except NSQValueError as exc:
-            raise _bad(conn_id, key, str(exc)) from None
-        maximum = schema.get("maximum")
-        if schema["type"][0] == "number" and maximum is not None and value > maximum:
-            raise _bad(conn_id, key, f"must be at most {maximum:g} seconds, got {value!r}")
-        return value
-    if key in _ADDRESS_LISTS:
-        try:
-            addresses = parse_addresses(value, key)
-            for address in addresses:
-                _ADDRESS_LISTS[key](address)
-        except NSQValueError as exc:
-            raise _bad(conn_id, key, str(exc)) from None
-        return addresses
-    if not isinstance(value, str):
-        raise _bad(conn_id, key, f"must be a string, got {type(value).__name__}")
-    pattern = schema.get("pattern")
-    if pattern is not None and not re.search(pattern, value):
-        # The value is not shown: a URL may carry credentials.
-        raise _bad(conn_id, key, f"must match {pattern} ({CONN_FIELDS[key]['description']})")
-    if "enum" in CONN_FIELDS[key]["schema"] and value not in CONN_FIELDS[key]["schema"]["enum"]:
-        allowed = ", ".join(CONN_FIELDS[key]["schema"]["enum"])
-        raise _bad(conn_id, key, f"must be one of {allowed}, got {value!r}")
-    return value
-
-
-def parse_extras(conn_id: str, extras: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate a Connection's extras: known names only, each of the right type.
-
-    Empty values (``""`` / ``None``, as the UI stores fields left blank) mean "not set".
-    The error names the key; for unknown keys the value is never shown (it could be a
-    secret put in the wrong place).
-    """
-    if not isinstance(extras, Mapping):
-        raise NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra must be a JSON object")
-    parsed: dict[str, Any] = {}
-    for raw_key, value in extras.items():
-        key = raw_key[len(_LEGACY_PREFIX) :] if raw_key.startswith(_LEGACY_PREFIX) else raw_key
-        if key not in CONN_FIELDS:
-            known = ", ".join(CONN_FIELDS)
-            raise NSQConnectionConfigError(
-                f"NSQ connection {conn_id!r}: unknown extra {raw_key!r}; known extras: {known}"
-            )
-        if value is None or value == "":
-            continue
-        parsed[key] = _coerce_extra(conn_id, key, value)
-    return parsed
-
-
-def client_config_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ClientConfig:
-    """Build the :class:`ClientConfig` for an ``nsq`` Connection.
-
-    The single place where Connection fields become client settings, for the hook's
-    blocking calls and for triggers (which read the extras without blocking their loop).
-    The password is the AUTH secret; it never appears in errors or reprs.
+def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ConnectionSettings:
+    """What an ``nsq`` Connection says: host, port, password (the AUTH secret) and the
+    extras, read by the settings model (:class:`ConnectionSettings`) as every other
+    source of settings is. Extras prefixed ``extra__nsq__`` (older forms) are read
+    too; blank ones mean "not set". Errors name the field, never show the secret, and
+    for an unknown extra never show its value (a secret pasted into the wrong field).
 
     :param conn: the Airflow Connection (host, port, password, extra).
     :param extras: the Connection's extras, already decoded from JSON.
     """
     conn_id = conn.conn_id or "<unnamed>"
-    parsed = parse_extras(conn_id, extras)
-    settings = {k: v for k, v in parsed.items() if k not in _HOOK_ONLY_EXTRAS}
+    if not isinstance(extras, Mapping):
+        raise NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra must be a JSON object")
+    given = {str(key).removeprefix(_LEGACY_PREFIX): value for key, value in extras.items()}
+    fixed: dict[str, Any] = {
+        "host": (conn.host or "").strip() or "127.0.0.1",
+        "auth_secret": conn.password or None,
+    }
     if conn.port is not None:
-        settings["port"] = conn.port  # else the client's default, nsqd's 4150
+        fixed["port"] = conn.port  # else the client's default, nsqd's 4150
     try:
-        return ClientConfig(
-            host=(conn.host or "").strip() or "127.0.0.1",
-            auth_secret=conn.password or None,
-            **settings,
-        )
-    except NSQValueError as exc:
-        # ClientConfig names the field ("ClientConfig.deflate_level=12 is invalid: ..."),
-        # which is the extra's name (or host/port). auth_secret's error has no value.
-        detail = str(exc).replace("ClientConfig.", "")
-        raise NSQConnectionConfigError(f"NSQ connection {conn_id!r}: {detail}") from None
-
-
-def delay_to_ms(delay: object, what: str = "delay") -> int:
-    """A DPUB delay as whole milliseconds: an int (ms) or a ``timedelta``.
-
-    Only the type and sign are checked here; the upper bound is the connection's
-    ``max_req_timeout_ms`` (nsqd's --max-req-timeout), checked by the hook before sending.
-    """
-    if isinstance(delay, datetime.timedelta):
-        one_ms = datetime.timedelta(milliseconds=1)
-        if delay % one_ms:
-            raise NSQValueError(f"{what} {delay!r} is not a whole number of milliseconds")
-        ms = delay // one_ms
-    elif isinstance(delay, int) and not isinstance(delay, bool):
-        ms = delay
-    else:
-        raise NSQValueError(
-            f"{what} must be a timedelta or whole milliseconds (int), got {delay!r}"
-        )
-    if ms < 0:
-        raise NSQValueError(f"{what} must not be negative, got {ms} ms")
-    return ms
-
-
-def duration_to_seconds(value: object, what: str) -> float:
-    """A wait as float seconds: a number of seconds or a ``timedelta``; must be > 0."""
-    try:
-        return parse_seconds(value)
-    except NSQValueError as exc:
-        raise NSQValueError(f"{what} {exc}") from None
-
-
-def is_templated(value: object) -> bool:
-    """True for a string Airflow will render (``{{ ... }}``): validate it after rendering."""
-    return isinstance(value, str) and "{{" in value
+        return ConnectionSettings.read(given, EXTRA, **fixed)
+    except NSQSettingError as exc:
+        what = f"extra {exc.setting!r}" if exc.setting in given else exc.setting
+        raise NSQConnectionConfigError(
+            f"NSQ connection {conn_id!r}: {what}: {exc.reason}"
+        ) from None
 
 
 class NSQHook(BaseHook):
@@ -211,10 +104,12 @@ class NSQHook(BaseHook):
     def __init__(self, nsq_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.nsq_conn_id = nsq_conn_id
-        self._config: ClientConfig | None = None
-        self._extras: dict[str, Any] = {}
+        self._settings: ConnectionSettings | None = None
         self._publisher: NSQProducer | None = None
         self._windows: list[NSQConsumer] = []  # ack="manual" windows, closed by close()
+        # Subscriptions a full window kept (RDY 0), by (topic, channel): the next window on
+        # the same channel reads on them instead of connecting and subscribing again.
+        self._subscriptions: dict[tuple[str, str], NSQConsumer] = {}
 
     def __repr__(self) -> str:
         return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
@@ -268,51 +163,53 @@ class NSQHook(BaseHook):
 
     # -- configuration -------------------------------------------------------------
 
-    def get_client_config(self) -> ClientConfig:
-        """The client settings of this hook's Connection (read once, then cached)."""
-        if self._config is None:
+    def get_settings(self) -> ConnectionSettings:
+        """All the Connection says (client settings, nsqds, nsqlookupds, HTTP API),
+        read once, then cached."""
+        if self._settings is None:
             conn = self.get_connection(self.nsq_conn_id)
-            extras = conn.extra_dejson
-            self._config = client_config_from_connection(conn, extras)
-            self._extras = parse_extras(self.nsq_conn_id, extras)
-        return self._config
+            self._settings = settings_from_connection(conn, conn.extra_dejson)
+        return self._settings
 
-    async def aget_client_config(self) -> ClientConfig:
-        """Async :meth:`get_client_config`, for triggers (no blocking call on the loop)."""
-        if self._config is None:
+    async def aget_settings(self) -> ConnectionSettings:
+        """Async :meth:`get_settings`, for triggers (no blocking call on the loop)."""
+        if self._settings is None:
             # common-compat picks the call that does not block the loop on this Airflow
             # (aget_connection and aextra_dejson on 3.3.2+, a worker thread before).
             conn = await get_async_connection(self.nsq_conn_id, hook=self)
             extras = await get_async_extra_dejson(conn)
-            self._config = client_config_from_connection(conn, extras)
-            self._extras = parse_extras(self.nsq_conn_id, extras)
-        return self._config
+            self._settings = settings_from_connection(conn, extras)
+        return self._settings
+
+    def get_client_config(self) -> ClientConfig:
+        """The client settings of this hook's Connection (read once, then cached)."""
+        return self.get_settings().client
+
+    async def aget_client_config(self) -> ClientConfig:
+        """Async :meth:`get_client_config`, for triggers."""
+        return (await self.aget_settings()).client
 
     @property
     def lookupd_http_addresses(self) -> list[str]:
         """The ``lookupd_http_addresses`` extra as a list (empty when unset)."""
-        self.get_client_config()
-        return list(self._extras.get("lookupd_http_addresses", []))
+        return list(self.get_settings().lookupd_http_addresses)
 
     @property
     def nsqd_tcp_addresses(self) -> list[str]:
         """Every nsqd of the connection: ``host:port`` first, then the
         ``nsqd_tcp_addresses`` extra (duplicates dropped). Publishing fails over along
         this list; without nsqlookupd, consumers read from all of them."""
-        return nsqd_addresses(self.get_client_config(), self._extras.get("nsqd_tcp_addresses", []))
+        return self.get_settings().nsqds
 
     @property
-    def reads_topology(self) -> bool:
-        """True when consumers read from several nsqds: the connection names nsqlookupds,
-        or more than one nsqd."""
-        return bool(self.lookupd_http_addresses) or len(self.nsqd_tcp_addresses) > 1
+    def http_port(self) -> int | None:
+        """The ``http_port`` extra (nsqd's HTTP API port), or None."""
+        return self.get_settings().http_port
 
-    def get_lookupd(self) -> LookupdClient | None:
-        """The connection's nsqlookupds (bounded by its ``connect_timeout``), or None."""
-        addresses = self.lookupd_http_addresses
-        if not addresses:
-            return None
-        return LookupdClient(addresses, timeout=self.get_client_config().connect_timeout)
+    @property
+    def https_port(self) -> int | None:
+        """The ``https_port`` extra (nsqd's HTTPS API port), or None."""
+        return self.get_settings().https_port
 
     def consumer(self, topic: str, channel: str) -> NSQConsumer:
         """A blocking consumer of ``topic``/``channel`` over every nsqd of the connection
@@ -321,30 +218,13 @@ class NSQHook(BaseHook):
 
     def consumer_options(self) -> dict[str, Any]:
         """The keyword arguments of :class:`NSQConsumer` / :class:`AsyncNSQConsumer`
-        for this connection (call :meth:`aget_client_config` first in a trigger)."""
-        return {
-            "config": self.get_client_config(),
-            "nsqd_tcp_addresses": self.nsqd_tcp_addresses,
-            "lookupd_http_addresses": self.lookupd_http_addresses,
-        }
-
-    @property
-    def http_port(self) -> int | None:
-        """The ``http_port`` extra (nsqd's HTTP API port), or None."""
-        self.get_client_config()
-        return self._extras.get("http_port")
-
-    @property
-    def https_port(self) -> int | None:
-        """The ``https_port`` extra (nsqd's HTTPS API port), or None."""
-        self.get_client_config()
-        return self._extras.get("https_port")
+        for this connection (call :meth:`aget_settings` first in a trigger)."""
+        return self.get_settings().consumer_options()
 
     @property
     def nsqadmin_url(self) -> str | None:
         """The ``nsqadmin_url`` extra (nsqadmin's base URL, for links), or None."""
-        self.get_client_config()
-        return self._extras.get("nsqadmin_url")
+        return self.get_settings().nsqadmin_url
 
     # -- nsqd's HTTP API: how many messages wait, without taking any ---------------------
 
@@ -352,65 +232,19 @@ class NSQHook(BaseHook):
         """nsqd's HTTP API as the connection describes it (``http_port``, or
         ``https_port`` with TLS on); None when the connection names neither.
 
-        Call :meth:`get_client_config` (or :meth:`aget_client_config` in a trigger) first,
-        or let this read the connection.
+        Call :meth:`aget_settings` first in a trigger, or let this read the connection.
         """
-        config = self.get_client_config()
-        return NSQDHTTPClient.from_config(
-            config,
-            http_port=self._extras.get("http_port"),
-            https_port=self._extras.get("https_port"),
-        )
+        return self.get_settings().http_api()
 
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
-        """What ``channel`` holds, from nsqd's ``/stats``: no message is taken, so no
-        ``attempts`` go up. Creates the channel when it is missing (as a SUB would), so
-        messages published from now on wait for it. NSQError subclasses when an API
-        cannot be read.
-
-        With nsqlookupd: summed over every producer it lists, each on the HTTP port it
-        announced. Without: the connection's nsqd on its ``http_port`` (None when not
-        given, or when the connection lists several nsqds, whose HTTP ports are unknown).
-        """
-        lookupd = self.get_lookupd()
-        if lookupd is not None:
-            validate_channel_name(channel)
-            apis = self._producer_apis(lookupd.lookup(topic))
-            depths = [api.channel_depth(topic, channel, create=True) for api in apis]
-            return combine_depths(topic, channel, depths)
-        api = self._single_http_api()
-        if api is None:
-            return None
-        return api.channel_depth(topic, channel, create=True)
+        """What ``channel`` holds, from nsqd's ``/stats`` (every producer nsqlookupd
+        lists, or the connection's nsqd on its ``http_port``); no message is taken.
+        None when no HTTP API is known (see :mod:`~..client.channel_depth`)."""
+        return ChannelDepthReader(self.get_settings()).read(topic, channel)
 
     async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once)."""
-        await self.aget_client_config()
-        lookupd = self.get_lookupd()
-        if lookupd is not None:
-            validate_channel_name(channel)
-            apis = self._producer_apis(await lookupd.alookup(topic))
-            depths = await asyncio.gather(
-                *(api.achannel_depth(topic, channel, create=True) for api in apis)
-            )
-            return combine_depths(topic, channel, depths)
-        api = self._single_http_api()
-        if api is None:
-            return None
-        return await api.achannel_depth(topic, channel, create=True)
-
-    def _single_http_api(self) -> NSQDHTTPClient | None:
-        if len(self.nsqd_tcp_addresses) > 1:
-            return None  # the other nsqds' HTTP ports are unknown: a window is the check
-        return self.get_http_api()
-
-    def _producer_apis(self, producers: Sequence[Producer]) -> list[NSQDHTTPClient]:
-        """The HTTP API of each producer, on the port it announced to nsqlookupd."""
-        config = self.get_client_config()
-        return [
-            NSQDHTTPClient(p.broadcast_address, p.http_port, timeout=config.connect_timeout)
-            for p in producers
-        ]
+        return await ChannelDepthReader(await self.aget_settings()).aread(topic, channel)
 
     # -- connections ---------------------------------------------------------------
 
@@ -431,7 +265,8 @@ class NSQHook(BaseHook):
         Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
         nsqd redelivers them at once.
         """
-        windows, self._windows = self._windows, []
+        windows = [*self._windows, *self._subscriptions.values()]
+        self._windows, self._subscriptions = [], {}
         for window in windows:
             window.close()
         if self._publisher is not None:
@@ -473,7 +308,7 @@ class NSQHook(BaseHook):
         config = self.get_client_config()
         check_delay_ms(delay_ms, config.max_req_timeout_ms, what="defer_publish delay")
         self.get_producer().defer_publish(topic, body, delay_ms)
-        self.log.info(
+        self.log.debug(
             "Published 1 deferred message (%s bytes, delay %s ms) to topic %s",
             len(body),
             delay_ms,
@@ -500,12 +335,13 @@ class NSQHook(BaseHook):
             raise NSQValueError(
                 f"messages must be a list of messages, got {type(messages).__name__}"
             )
-        bodies = [encode_body(m, f"message {i}") for i, m in enumerate(messages)]
+        bodies = encode_bodies(messages)
         if not bodies:
             raise NSQValueError("multi_publish needs at least one message")
         total = sum(map(len, bodies))
         frames = self.get_producer().multi_publish(topic, bodies)
-        self.log.info(
+        # debug, not info: a task may publish many batches; the operator logs once
+        self.log.debug(
             "Published %s messages (%s bytes, %s MPUB frame(s)) to topic %s",
             len(bodies),
             total,
@@ -528,7 +364,10 @@ class NSQHook(BaseHook):
     ) -> list[NSQMessage]:
         """One subscribe window over every nsqd of the connection: SUB, RDY (the
         ``max_messages`` shared between them), collect up to ``max_messages`` or until
-        ``timeout`` passes, then CLS.
+        ``timeout`` passes, then stop delivery.
+
+        A window that filled up keeps its subscriptions (RDY 0: nothing is delivered)
+        for the next window on the channel, or until :meth:`close`.
 
         :param topic: the topic name.
         :param channel: the channel name (created by the SUB if it does not exist).
@@ -548,7 +387,7 @@ class NSQHook(BaseHook):
         """
         seconds = duration_to_seconds(timeout, "timeout")
         delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
-        consumer = self.consumer(topic, channel)
+        consumer = self._subscriptions.pop((topic, channel), None) or self.consumer(topic, channel)
         try:
             messages = consumer.consume(
                 max_messages=max_messages, timeout=seconds, ack=ack, requeue_delay_ms=delay_ms
@@ -559,31 +398,45 @@ class NSQHook(BaseHook):
             raise
         if ack == "manual":
             self._windows.append(consumer)  # close() REQs what is left unanswered
+        elif consumer.subscribed:
+            self._subscriptions[(topic, channel)] = consumer
         else:
             consumer.close()
-        self.log.info(
+        # debug, not info: a task may run many windows; the sensor logs what it took
+        self.log.debug(
             "Consume window on %s/%s over %s nsqd(s): %s message(s) in %gs (ack=%s)",
-            topic,
-            channel,
-            nsqds,
-            len(messages),
-            seconds,
-            ack,
+            *(topic, channel, nsqds, len(messages), seconds, ack),
         )
         return messages
 
-    def finish(self, messages: Sequence[NSQMessage]) -> None:
+    # The verbs take what NSQConsumer's take (messages, then delay_ms), so a message is
+    # answered the same way whichever layer holds it; a timedelta is accepted too.
+
+    def finish(self, *messages: NSQMessage) -> None:
         """FIN messages (from ``ack="manual"`` windows), each on its own nsqd."""
-        NSQConsumer.finish(*messages)
+        NSQConsumer.finish(*_messages_of("finish", messages))
 
-    def requeue(self, messages: Sequence[NSQMessage], delay: Delay = 0) -> None:
-        """REQ messages (from ``ack="manual"`` windows): redelivered after ``delay``
-        (timedelta or ms) with attempts + 1."""
-        NSQConsumer.requeue(*messages, delay_ms=delay_to_ms(delay, "requeue delay"))
+    def requeue(
+        self, *messages: NSQMessage, delay_ms: Delay = 0, delay: Delay | None = None
+    ) -> None:
+        """REQ messages (from ``ack="manual"`` windows): redelivered after ``delay_ms``
+        (milliseconds or a timedelta) with attempts + 1. ``delay`` is the deprecated
+        name of ``delay_ms``."""
+        if delay is not None:
+            warnings.warn(
+                "NSQHook.requeue(..., delay=...) is deprecated: use delay_ms= (milliseconds "
+                "or a timedelta), as NSQConsumer.requeue takes it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            delay_ms = delay
+        NSQConsumer.requeue(
+            *_messages_of("requeue", messages), delay_ms=delay_to_ms(delay_ms, "requeue delay")
+        )
 
-    def touch(self, messages: Sequence[NSQMessage]) -> None:
+    def touch(self, *messages: NSQMessage) -> None:
         """TOUCH messages (from ``ack="manual"`` windows): restart their msg_timeout."""
-        NSQConsumer.touch(*messages)
+        NSQConsumer.touch(*_messages_of("touch", messages))
 
     # -- the connection form's Test button -----------------------------------------
 
@@ -637,6 +490,20 @@ class NSQHook(BaseHook):
             return False, _scrub(str(exc), secret)
         except Exception as exc:  # the Test button must always get an answer
             return False, _scrub(f"{type(exc).__name__}: {exc}", secret)
+
+
+def _messages_of(verb: str, given: tuple[Any, ...]) -> Sequence[NSQMessage]:
+    """The messages a verb was given: ``hook.finish(*messages)``, or (deprecated) one
+    list of them, ``hook.finish(messages)``."""
+    if len(given) == 1 and isinstance(given[0], (list, tuple)):
+        warnings.warn(
+            f"NSQHook.{verb}(messages) with a list is deprecated: pass the messages "
+            f"themselves, NSQHook.{verb}(*messages), as NSQConsumer.{verb} takes them",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return list(given[0])
+    return given
 
 
 def _scrub(text: str, secret: str | None) -> str:

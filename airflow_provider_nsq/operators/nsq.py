@@ -19,7 +19,8 @@ from airflow.providers.common.compat.sdk import BaseOperator
 
 from ..assets import nsq_asset
 from ..client import encode_body
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, is_templated
+from ..client.setting_values import Delay, delay_to_ms, is_templated
+from ..hooks.nsq import NSQHook
 from ..lineage import publish_lineage
 from ..links import NSQAdminTopicLink
 from ..metrics import PublishKind, emitter, task_tags

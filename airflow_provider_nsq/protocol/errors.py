@@ -20,6 +20,23 @@ class NSQValueError(NSQError, ValueError):
     """A value was rejected before anything was sent (bad name, size, delay, option)."""
 
 
+class NSQSettingError(NSQValueError):
+    """A setting has a bad value: ``setting`` names it, ``reason`` says what was expected.
+
+    Raised where settings are described (``client/setting_fields.py``); each place users
+    write settings (a connection's extras, a Spark option) says it in its own words.
+    """
+
+    def __init__(self, setting: str, reason: str, where: str = "") -> None:
+        self.setting = setting
+        self.reason = reason
+        self.where = where
+        super().__init__(f"{where}{setting}: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (type(self), (self.setting, self.reason, self.where))
+
+
 class NSQStateError(NSQError, RuntimeError):
     """A command is not allowed in the connection's current state."""
 

@@ -28,7 +28,8 @@ from ..client import NSQMessage
 from ..client.backoff import Backoff
 from ..client.nsqd_http import HTTP_UNREADABLE, ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, is_templated
+from ..client.setting_values import Delay, delay_to_ms, is_templated
+from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
 from ..metrics import emitter, task_tags
@@ -331,7 +332,7 @@ class NSQSensor(BaseSensorOperator):
             accepted, rejected = self._split(messages)
             if len(accepted) < self.min_messages:
                 self._answer_rejected(rejected)
-                hook.requeue(accepted)
+                hook.requeue(*accepted)
                 _METRICS.incr("nsq.sensor.window.requeued", len(accepted), **self._tags())
                 self.log.info(
                     "%s accepted message(s) on %s/%s, %s needed%s",
@@ -347,7 +348,7 @@ class NSQSensor(BaseSensorOperator):
             records = [self._record(m) for m in accepted]
             keep = self._fit_xcom(accepted, records)
             if keep < len(accepted):
-                hook.requeue(accepted[keep:])
+                hook.requeue(*accepted[keep:])
                 _METRICS.incr("nsq.sensor.window.requeued", len(accepted) - keep, **self._tags())
             self._answer_rejected(rejected)
         except BaseException:
@@ -394,10 +395,10 @@ class NSQSensor(BaseSensorOperator):
         if not rejected:
             return
         if self.rejected == "finish":
-            self.hook.finish(rejected)
+            self.hook.finish(*rejected)
             _METRICS.incr("nsq.sensor.window.filtered", len(rejected), **self._tags())
         else:
-            self.hook.requeue(rejected, delay=self.rejected_requeue_delay_ms)
+            self.hook.requeue(*rejected, delay_ms=self.rejected_requeue_delay_ms)
             _METRICS.incr("nsq.sensor.window.requeued", len(rejected), **self._tags())
         self.log.info(
             "message_filter rejected %s message(s); %s them",
@@ -425,7 +426,7 @@ class NSQSensor(BaseSensorOperator):
         records, self._records = self._records, []
         hook = self.hook
         try:
-            hook.touch(batch)  # a full msg_timeout for the push, counted from now
+            hook.touch(*batch)  # a full msg_timeout for the push, counted from now
             context["ti"].xcom_push(key=XCOM_RETURN_KEY, value=records)
         except BaseException:
             self.log.warning(
@@ -436,7 +437,7 @@ class NSQSensor(BaseSensorOperator):
             )
             _METRICS.incr("nsq.sensor.window.requeued", len(batch), **self._tags())
             try:
-                hook.requeue(batch)
+                hook.requeue(*batch)
             except Exception as exc:  # keep the push's error; nsqd's msg_timeout still applies
                 self.log.warning("REQ failed too (%s): nsqd redelivers after msg_timeout", exc)
             raise
@@ -447,7 +448,7 @@ class NSQSensor(BaseSensorOperator):
             **self._tags(),
         )
         try:
-            hook.finish(batch)
+            hook.finish(*batch)
         except Exception as exc:
             # The XCom is recorded, so the task succeeds; nsqd redelivers the messages
             # when their msg_timeout expires: a later run sees them again (duplicates).

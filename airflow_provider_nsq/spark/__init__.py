@@ -19,16 +19,18 @@ Python); a name whose PySpark is too old raises one ImportError naming the versi
 
 Importing this package never imports Airflow (executors have only the client). On the
 DAG side, options come from an Airflow connection as
-``options_from_client_config(NSQHook(conn_id).get_client_config())``.
+``options_from_settings(NSQHook(conn_id).get_settings())`` (``source="read"`` for the
+stream reader).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .options import KNOWN_OPTIONS, NSQOptionError, NSQWriteOptions, options_from_client_config
+from ..client.lazy_names import lazy_names
+from .option_sets import NSQOptionError, options_from_client_config, options_from_settings
 from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
+from .writer_options import KNOWN_OPTIONS, NSQWriteOptions
 
 if TYPE_CHECKING:
     from .dataframe_publisher import publish_dataframe
@@ -62,19 +64,10 @@ __all__ = [
     "NSQWriteOptions",
     "NSQWriter",
     "options_from_client_config",
+    "options_from_settings",
     "publish_dataframe",
     "register",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _NEEDS_PYSPARK.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(globals(), _NEEDS_PYSPARK)

@@ -28,9 +28,9 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.types import StructType
 
 from .message_bodies import choose_body_column
-from .options import NSQWriteOptions
 from .partition_publisher import NSQPartitionSummary, publish_partition
 from .write_summary import report_write
+from .writer_options import NSQWriteOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa

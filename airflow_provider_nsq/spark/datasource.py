@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import NSQValueError
-from .options import NSQWriteOptions
 from .reader_options import NSQReadOptions
 from .versions import data_source_too_old
 from .writer import NSQWriter
+from .writer_options import NSQWriteOptions
 
 try:
     from pyspark.sql.datasource import DataSource, DataSourceReader

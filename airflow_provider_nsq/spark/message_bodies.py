@@ -32,7 +32,8 @@ from pyspark.sql.types import (
 )
 
 from ..protocol.errors import NSQValueError
-from .options import DEFAULT_BODY_COLUMNS, NSQOptionError, NSQWriteOptions
+from .option_sets import NSQOptionError
+from .writer_options import DEFAULT_BODY_COLUMNS, NSQWriteOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa

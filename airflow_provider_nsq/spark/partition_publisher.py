@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 from ..client.producer import NSQProducer
 from ..protocol.errors import NSQError
 from .message_bodies import body_encoder
-from .options import NSQWriteOptions
+from .writer_options import NSQWriteOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,6 +49,37 @@ class NSQPartitionSummary:
 
 
 S = TypeVar("S", bound=NSQPartitionSummary)
+
+
+@dataclass
+class _Sent:
+    """What a partition's producer got accepted so far."""
+
+    messages: int = 0
+    size: int = 0  # bytes of bodies
+    frames: int = 0
+    calls: int = 0
+
+    def publish(self, producer: NSQProducer, topic: str, bodies: list[bytes]) -> None:
+        # Connected on the first batch, so an empty partition costs no connection.
+        self.frames += producer.multi_publish(topic, bodies)
+        self.calls += 1
+        self.messages += len(bodies)
+        self.size += sum(map(len, bodies))
+
+    def publish_all(
+        self, producer: NSQProducer, topic: str, encoded: Iterable[list[bytes]], size: int
+    ) -> None:
+        """MPUB the bodies of every encoded batch, ``size`` at a time (the rest last)."""
+        pending: list[bytes] = []
+        for bodies in encoded:
+            pending.extend(bodies)
+            full = len(pending) - len(pending) % size
+            for start in range(0, full, size):
+                self.publish(producer, topic, pending[start : start + size])
+            del pending[:full]
+        if pending:
+            self.publish(producer, topic, pending)
 
 
 def publish_partition(
@@ -79,47 +110,27 @@ def publish_partition(
     # Partitions spread over the nsqds; each fails over along the rest (never after an
     # MPUB was written: see client/producer.py).
     producer = NSQProducer(options.nsqds_for(partition), options.client_config())
-    batch_size = options.batch_size
-    messages = size = frames = calls = 0
-    pending: list[bytes] = []
-
-    def flush(bodies: list[bytes]) -> None:
-        nonlocal messages, size, frames, calls
-        # Connected on the first batch, so an empty partition costs no connection.
-        frames += producer.multi_publish(options.topic, bodies)
-        calls += 1
-        messages += len(bodies)
-        size += sum(map(len, bodies))
-
+    sent = _Sent()
     try:
-        for batch in batches:
-            pending.extend(encode(batch))
-            if len(pending) >= batch_size:
-                full = len(pending) - len(pending) % batch_size
-                for start in range(0, full, batch_size):
-                    flush(pending[start : start + batch_size])
-                del pending[:full]
-        if pending:
-            flush(pending)
+        sent.publish_all(producer, options.topic, map(encode, batches), options.batch_size)
     except NSQError as exc:
         raise NSQWriteError(
             f"partition {partition} (attempt {attempt}): publishing to topic "
             f"{options.topic!r} at nsqd {producer.address or producer.addresses[0]} failed "
-            f"after {messages} messages were accepted; a retry publishes the partition "
+            f"after {sent.messages} messages were accepted; a retry publishes the partition "
             f"again (at-least-once): {type(exc).__name__}: {exc}"
         ) from exc
     finally:
         nsqd = producer.address or ""
         producer.close()
-        connects = producer.connects
     return summary_type(
         partition=partition,
         attempt=attempt,
-        messages=messages,
-        bytes=size,
-        frames=frames,
-        mpub_calls=calls,
-        connects=connects,
+        messages=sent.messages,
+        bytes=sent.size,
+        frames=sent.frames,
+        mpub_calls=sent.calls,
+        connects=producer.connects,
         seconds=round(time.monotonic() - started, 6),
         nsqd=nsqd,
     )

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from .options import NSQWriteOptions
 from .partition_publisher import NSQPartitionSummary
+from .writer_options import NSQWriteOptions
 
 
 def summarize(

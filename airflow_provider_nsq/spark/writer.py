@@ -20,11 +20,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from .message_bodies import choose_body_column
-from .options import NSQWriteOptions
 from .partition_publisher import NSQPartitionSummary, publish_partition
 from .progress import report_partition
 from .versions import data_source_too_old
 from .write_summary import report_write
+from .writer_options import NSQWriteOptions
 
 try:
     from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .lifecycle import StartStop
+from .servers.lifecycle import StartStop
 
 __all__ = ["AuthRequest", "AuthServer", "StaticAuthorizer", "allow_all"]
 

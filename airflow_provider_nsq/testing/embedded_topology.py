@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from .broker import EmbeddedNSQD
-from .lifecycle import StartStop
 from .lookupd import EmbeddedNSQLookupd
+from .servers.lifecycle import StartStop
 
 
 class EmbeddedTopology(StartStop):

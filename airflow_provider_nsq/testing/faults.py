@@ -47,7 +47,7 @@ from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
 from ..protocol.command_reader import command_length
 from ..protocol.constants import MAGIC_V2
 from ..protocol.frames import frame_length
-from .loop_thread import ServiceOnLoop
+from .servers.loop_thread import ServiceOnLoop
 
 __all__ = [
     "Fault",

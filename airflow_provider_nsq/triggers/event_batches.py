@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..client import NSQMessage
-from ..client.setting_values import parse_seconds
+from ..client.setting_values import int_in_range, parse_seconds
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 
@@ -57,15 +57,7 @@ IDLE_READ_S = 30.0
 def check_batch_size(batch_size: object) -> int:
     """``batch_size`` as an int 1-2500 (nsqd's default --max-rdy-count: a batch can only
     hold messages in flight at once)."""
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, int)
-        or not 1 <= batch_size <= DEFAULT_MAX_RDY_COUNT
-    ):
-        raise NSQValueError(
-            f"batch_size must be an int 1-{DEFAULT_MAX_RDY_COUNT}, got {batch_size!r}"
-        )
-    return batch_size
+    return int_in_range(batch_size, "batch_size", 1, DEFAULT_MAX_RDY_COUNT)
 
 
 def hold_seconds(value: object, what: str) -> float:

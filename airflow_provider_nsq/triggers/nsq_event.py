@@ -57,7 +57,8 @@ from ..client.consumer import (
     UNREACHABLE,
 )
 from ..client.records import MessageFilter, import_callable, message_record
-from ..hooks.nsq import Delay, NSQHook, delay_to_ms, duration_to_seconds
+from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, int_in_range
+from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
@@ -462,14 +463,7 @@ class NSQEventTrigger(BaseEventTrigger):
         batch_size = check_batch_size(batch_size)
         if max_in_flight is None:
             max_in_flight = max(DEFAULT_MAX_IN_FLIGHT, batch_size)
-        if (
-            isinstance(max_in_flight, bool)
-            or not isinstance(max_in_flight, int)
-            or not 1 <= max_in_flight <= DEFAULT_MAX_RDY_COUNT
-        ):
-            raise NSQValueError(
-                f"max_in_flight must be an int 1-{DEFAULT_MAX_RDY_COUNT}, got {max_in_flight!r}"
-            )
+        max_in_flight = int_in_range(max_in_flight, "max_in_flight", 1, DEFAULT_MAX_RDY_COUNT)
         if max_in_flight < batch_size:
             raise NSQValueError(
                 f"max_in_flight ({max_in_flight}) must be at least batch_size ({batch_size}): "

@@ -11,12 +11,8 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_provider_nsq.hooks.nsq import (
-    NSQConnectionConfigError,
-    NSQHook,
-    delay_to_ms,
-    duration_to_seconds,
-)
+from airflow_provider_nsq.client.setting_values import delay_to_ms, duration_to_seconds
+from airflow_provider_nsq.hooks.nsq import NSQConnectionConfigError, NSQHook
 from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.provider_info import CONN_FIELDS
 
@@ -28,6 +24,7 @@ ALL_EXTRAS = {
     "tls_ca_file": "/etc/nsq/ca.pem",
     "tls_cert_file": "/etc/nsq/client.pem",
     "tls_key_file": "/etc/nsq/client.key",
+    "tls_server_name": "nsqd.internal",
     "compression": "deflate",
     "deflate_level": "3",
     "heartbeat_interval_ms": "10000",
@@ -53,6 +50,7 @@ EXPECTED = {
     "tls_ca_file": "/etc/nsq/ca.pem",
     "tls_cert_file": "/etc/nsq/client.pem",
     "tls_key_file": "/etc/nsq/client.key",
+    "tls_server_name": "nsqd.internal",
     "compression": "deflate",
     "deflate_level": 3,
     "heartbeat_interval_ms": 10000,
@@ -190,7 +188,7 @@ def test_unknown_extra_names_the_key_but_not_its_value(monkeypatch, caplog):
     monkeypatch.setenv("AIRFLOW_CONN_NSQ_BAD", json.dumps(conn))
     with caplog.at_level(logging.DEBUG), pytest.raises(NSQConnectionConfigError) as info:
         NSQHook(nsq_conn_id="nsq_bad").get_client_config()
-    assert "unknown extra 'auth_secret'" in str(info.value)
+    assert "extra 'auth_secret': unknown" in str(info.value)
     assert "tls_verify" in str(info.value)  # lists what is allowed
     assert SECRET not in str(info.value)
     assert SECRET not in caplog.text

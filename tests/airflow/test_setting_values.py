@@ -12,9 +12,9 @@ from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.testing.broker.__main__ import build_parser
 
 spark_options = pytest.importorskip(
-    "airflow_provider_nsq.spark.options", reason="needs the spark extra (pyspark)"
+    "airflow_provider_nsq.spark.writer_options", reason="needs the spark extra (pyspark)"
 )
-NSQOptionError = spark_options.NSQOptionError
+NSQOptionError = pytest.importorskip("airflow_provider_nsq.spark").NSQOptionError
 NSQWriteOptions = spark_options.NSQWriteOptions
 
 

@@ -58,7 +58,7 @@ def test_consume_reads_every_nsqd_found_through_lookupd(monkeypatch, nsq_topolog
     topology.wait_for_producers(nsq_topic)
     use_connection(monkeypatch, topology)
     with NSQHook() as hook:
-        assert hook.reads_topology
+        assert hook.lookupd_http_addresses == topology.lookupd_http_addresses
         got = hook.consume(nsq_topic, "c", max_messages=100, timeout=2)
     assert Counter(m.nsqd for m in got) == {a: 4 for a in sent}
     assert sorted(m.body.decode() for m in got) == sorted(b for bs in sent.values() for b in bs)
@@ -72,8 +72,8 @@ def test_manual_windows_answer_each_message_on_its_own_nsqd(monkeypatch, nsq_top
     with NSQHook() as hook:
         got = hook.consume(nsq_topic, "c", max_messages=10, timeout=2, ack="manual")
         assert len(got) == 6
-        hook.touch(got)
-        hook.finish(got[:4])
+        hook.touch(*got)
+        hook.finish(*got[:4])
     # close() REQ'd the other two, each on its nsqd
     topology.nsqds[0].wait_for(
         lambda: sum(n.channel_stats(nsq_topic, "c")["depth"] for n in topology.nsqds) == 2

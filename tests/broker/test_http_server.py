@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from airflow_provider_nsq.testing.http_api import APIError, nsq_router, plain_text, v1
-from airflow_provider_nsq.testing.http_server import Request, Response, start_http_server
+from airflow_provider_nsq.testing.servers.http_api import APIError, nsq_router, plain_text, v1
+from airflow_provider_nsq.testing.servers.http_server import Request, Response, start_http_server
 
 GO_DATE = r"[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT"
 

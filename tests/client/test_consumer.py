@@ -276,7 +276,9 @@ def test_a_producer_dropped_mid_window_loses_nothing(mode, nsq_topology, nsq_top
     assert {m.attempts for m in rest} == {2}
 
 
-def test_a_consumer_is_used_once_and_checks_its_arguments(mode, nsq_topology, nsq_topic) -> None:
+def test_a_consumer_runs_windows_or_a_stream_and_checks_its_arguments(
+    mode, nsq_topology, nsq_topic
+) -> None:
     topology = nsq_topology(n=1)
     with pytest.raises(NSQValueError, match="lookupd HTTP address"):
         make(mode, nsq_topic, lookupd_http_addresses=["host:port"])
@@ -287,14 +289,41 @@ def test_a_consumer_is_used_once_and_checks_its_arguments(mode, nsq_topology, ns
         with pytest.raises(NSQStateError, match="start"):
             consumer.read(0.1)
         consumer.consume(max_messages=1, timeout=0.2)
-        with pytest.raises(NSQStateError, match="one window"):
-            consumer.consume(max_messages=1, timeout=0.2)
+        consumer.consume(max_messages=1, timeout=0.2)  # windows, one after the other
+        with pytest.raises(NSQStateError, match="windows or one stream"):
+            consumer.start(10)
     finally:
         consumer.close()
     with pytest.raises(NSQValueError, match="max_messages=6000 exceeds"):
         make(mode, nsq_topic, nsqd_tcp_addresses=topology.nsqd_tcp_addresses).consume(
             max_messages=6000, timeout=1
         )
+
+
+def test_back_to_back_full_windows_read_on_the_same_subscriptions(
+    mode, nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=2)
+    bodies = publish_spread(topology, nsq_topic, [5, 5])
+    consumer = make(mode, nsq_topic, nsqd_tcp_addresses=topology.nsqd_tcp_addresses)
+    try:
+        first = consumer.consume(max_messages=4, timeout=5)
+        kept = dict(consumer.connections)
+        assert len(first) == 4 and consumer.subscribed and len(kept) == 2
+        assert consumer.ready_counts() == dict.fromkeys(kept, 0)  # paused: nothing comes
+        second = consumer.consume(max_messages=4, timeout=5)
+        assert consumer.connections == kept  # no new connection, no new SUB
+        held = consumer.consume(max_messages=4, timeout=1, ack="manual")  # 2 left: not full
+        assert len(held) == 2 and not consumer.subscribed
+        with pytest.raises(NSQStateError, match="2 message\\(s\\) of the last window"):
+            consumer.consume(max_messages=1, timeout=0.2)
+        consumer.finish(*held)
+        assert consumer.consume(max_messages=1, timeout=0.3) == []  # CLS'd: new connections
+        assert set(consumer.connections.values()).isdisjoint(kept.values())
+    finally:
+        consumer.close()
+    assert sorted(m.body for m in first + second + held) == sorted(bodies)
+    wait_settled(topology, nsq_topic)
 
 
 # -- (b) streaming -------------------------------------------------------------------------

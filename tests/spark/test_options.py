@@ -8,12 +8,8 @@ import sys
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.spark.options import (
-    NSQOptionError,
-    NSQWriteOptions,
-    options_from_client_config,
-    parse_nsqd_address,
-)
+from airflow_provider_nsq.spark import NSQOptionError, NSQWriteOptions, options_from_client_config
+from airflow_provider_nsq.spark.option_sets import parse_nsqd_address
 from tests.spark.pyspark_features import needs_airflow
 
 BASE = {"nsqd": "127.0.0.1:4150", "topic": "events"}
@@ -92,12 +88,12 @@ def test_nsqd_address(raw: str, expected: tuple[str, int]) -> None:
         ({"deflate_level": "0"}, "deflate_level", "1-9"),
         ({"read_timeout": "nan"}, "read_timeout", "seconds > 0"),
         ({"tls_key_file": "/k.pem"}, "tls_key_file", "together"),
-        ({"max_body_size": "-5"}, "max_body_size", "positive"),
+        ({"max_body_size": "-5"}, "max_body_size", ">= 1"),
         ({"client_id": "  "}, "client_id", "empty"),
         ({"path": "/data"}, "path", "takes no path"),
         ({"lookupd_http_addresses": "h:4161"}, "lookupd_http_addresses", "not through nsqlookupd"),
         ({"format": "json", "body_column": "v"}, "body_column", "whole row"),
-        ({"batch-size": "1"}, "batch-size", "known options: auth_secret"),
+        ({"batch-size": "1"}, "batch-size", "unknown; known: auth_secret"),
     ],
 )
 def test_bad_option_names_itself(options: dict[str, str | None], named: str, says: str) -> None:

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from airflow_provider_nsq.spark.options import NSQOptionError
+from airflow_provider_nsq.spark import NSQOptionError
 from airflow_provider_nsq.spark.reader_options import NSQReadOptions
 
 BASE = {"nsqd": "127.0.0.1:4150", "topic": "events", "channel": "spark"}
@@ -91,7 +91,7 @@ def test_every_option_is_read() -> None:
         ({"tls_cert_file": "/c.pem"}, "tls_cert_file", "together"),
         ({"format": "json"}, "format", "writer option"),
         ({"batch_size": "10"}, "batch_size", "max_messages_per_batch"),
-        ({"maxOffsetsPerTrigger": "10"}, "maxoffsetspertrigger", "stream reader knows"),
+        ({"maxOffsetsPerTrigger": "10"}, "maxoffsetspertrigger", "unknown; known: auth_secret"),
     ],
 )
 def test_bad_option_names_itself(options: dict[str, str | None], named: str, says: str) -> None:

@@ -88,6 +88,12 @@ IDLE_AFTER_S = 0.25
 SETTLE_S = 0.25
 #: With fewer spare RDY than connections, the turn moves on this often.
 ROTATE_INTERVAL_S = 1.0
+#: A window that filled up keeps its subscriptions (RDY 0) for a next window that starts
+#: within this many seconds (and half a heartbeat interval, so nsqd never dropped them).
+KEEP_SUBSCRIBED_S = 5.0
+#: A window that starts within this long of the last one skips looking at its sockets
+#: first: no heartbeat can be due yet (nsqd's shortest interval is 1 s).
+QUIET_S = 0.5
 #: Backoff for an nsqd that could not be reached (first, longest), seconds.
 RECONNECT_START_S = 1.0
 RECONNECT_MAX_S = 60.0
@@ -236,6 +242,7 @@ class ConsumerCore(Generic[Conn]):
         self._lost = 0  # connections that broke (their messages can never be answered)
         self._budget = 0
         self._started = False  # start() or consume() ran
+        self._window_ended = 0.0  # when the last window ended (monotonic)
         self._streaming = False
         self._closed = False
         self._next_poll = 0.0
@@ -283,6 +290,17 @@ class ConsumerCore(Generic[Conn]):
     def in_flight(self) -> int:
         """Messages delivered and not yet FIN'd or REQ'd, over every connection."""
         return sum(s.conn.in_flight for s in self._slots.values())
+
+    @property
+    def subscribed(self) -> bool:
+        """True when the last window kept its subscriptions (it filled up, and nothing
+        it delivered is left unanswered): the next window may read on them."""
+        return (
+            not self._streaming
+            and not self._closed
+            and any(s.conn.alive and not s.closing for s in self._slots.values())
+            and self.in_flight() == 0
+        )
 
     # -- answering messages, each on its own connection ------------------------------
 
@@ -333,20 +351,26 @@ class ConsumerCore(Generic[Conn]):
         requeue_delay_ms: int = 0,
     ) -> Steps[list[NSQMessage]]:
         """One window over every nsqd: SUB all, share ``max_messages`` as RDY, collect up
-        to ``max_messages`` or until ``timeout`` seconds pass, CLS all, then settle.
+        to ``max_messages`` or until ``timeout`` seconds pass, stop delivery, then settle.
 
         ``ack``: ``"fin"`` FINs them before returning, ``"req"`` REQs them (a peek;
         attempts + 1), ``"manual"`` returns them unanswered: answer them with
         ``finish`` / ``requeue`` (or the message's own methods), then ``close``, which
         REQs what is left. Messages that came on a connection that broke during the
-        window are left out (nsqd redelivers them after msg_timeout). A consumer runs
-        one window or one stream.
+        window are left out (nsqd redelivers them after msg_timeout).
+
+        A window that filled up ends with RDY 0 (nsqd has sent all the RDY allowed, so
+        nothing more can come) and keeps its subscriptions: the next window, if it starts
+        within :data:`KEEP_SUBSCRIBED_S` (and half a heartbeat interval) and every message
+        is answered, reads on them without connecting and subscribing again. A window
+        that ended on its timeout stops delivery with CLS (nsqd may have been sending);
+        the next one connects afresh. A consumer runs windows or one stream.
         """
         check_window(max_messages, timeout, ack, sys.maxsize)
-        self._check_open(starting=True)
+        self._check_next_window()
         self._started = True
         window = Window(self.topic, self.channel, max_messages, timeout, ack, requeue_delay_ms)
-        yield from self._connect_all()
+        yield from self._open_window(window)
         if not self._slots:
             log.info("no nsqd has %s yet: the window is empty", self.topic)
             return []
@@ -357,7 +381,11 @@ class ConsumerCore(Generic[Conn]):
             if not self._slots:
                 break
             self._rebalance()
-        stragglers = yield from self._close_window()
+        if len(window.got) >= window.max_messages:
+            stragglers = self._pause()
+        else:
+            stragglers = yield from self._close_window()
+        self._window_ended = time.monotonic()
         return self._end_window(window, stragglers)
 
     def start_steps(self, max_in_flight: int) -> Steps[None]:
@@ -790,7 +818,7 @@ class ConsumerCore(Generic[Conn]):
             raise NSQStateError(f"{self!r} is closed")
         if starting and self._started:
             raise NSQStateError(
-                "a consumer runs one window or one stream: use a new consumer for the next"
+                "a consumer runs windows or one stream: use a new consumer for the stream"
             )
         if not starting and not self._streaming:
             raise NSQStateError("call start() before read()")
@@ -799,6 +827,55 @@ class ConsumerCore(Generic[Conn]):
         """The shortest msg_timeout the live connections negotiated (ms), if any did."""
         known = [s.msg_timeout for s in self._slots.values() if s.msg_timeout and s.conn.alive]
         return min(known, default=None)
+
+    def _check_next_window(self) -> None:
+        if self._closed:
+            raise NSQStateError(f"{self!r} is closed")
+        if self._streaming:
+            raise NSQStateError("a consumer runs windows or one stream: this one streams")
+        if self.in_flight():
+            raise NSQStateError(
+                f"{self.in_flight()} message(s) of the last window are unanswered: finish or "
+                "requeue them before the next window (or close the consumer)"
+            )
+
+    def _open_window(self, window: Window) -> Steps[None]:
+        """Connect and SUB for a window. A later window reads on what the last one kept
+        when it is fresh, and connects to what is missing."""
+        keep_for = min(KEEP_SUBSCRIBED_S, self.config.effective_heartbeat_interval_ms / 2000)
+        stale = time.monotonic() - self._window_ended > keep_for
+        done = [s for s in self._slots.values() if stale or s.closing or s.draining]
+        for slot in done:
+            del self._slots[slot.key]
+        if done:
+            self._slots_changed()
+            yield CloseConnections(tuple(s.conn for s in done))
+        if not self._slots:
+            yield from self._connect_all()
+            return
+        if time.monotonic() - self._window_ended > QUIET_S:
+            yield from self._wait(0.0)  # heartbeats answered; a connection nsqd closed shows
+            window.got.extend(self._collect())
+        targets = (yield from self._discover()) if self._poll_due() else self._wanted
+        attempted = self._to_connect(targets, retry_now=True)
+        if attempted:
+            yield from self._connect(attempted)
+
+    def _pause(self) -> list[NSQMessage]:
+        """After a full window: RDY 0 everywhere (nsqd has sent all the RDY allowed, so
+        nothing more comes, and nothing does once the window's messages are answered);
+        the subscriptions stay for the next window. What a connection still had is
+        returned, as CLS's stragglers are."""
+        self._budget = 0
+        for slot in self._slots.values():
+            if slot.rdy and slot.conn.alive:
+                try:
+                    slot.conn.ready(0)
+                except NSQError as exc:
+                    log.debug("RDY 0 to %s failed: %s", slot.key, exc)
+            slot.rdy = slot.reserved = 0
+        self._shape = ()
+        return self._collect()
 
     def _begin_window(self, window: Window) -> None:
         capacity = sum(s.limit for s in self._slots.values())

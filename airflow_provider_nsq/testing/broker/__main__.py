@@ -11,12 +11,12 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from airflow_provider_nsq.client.address import DEFAULT_NSQD_HTTP_PORT, DEFAULT_NSQD_TCP_PORT
 
-from ..daemon_flags import boolean, duration_ms, listen_address, logging_level
-from ..lifecycle import serve_until_signalled
+from ..servers.daemon_flags import boolean, duration_ms, listen_address, logging_level
+from ..servers.lifecycle import serve_until_signalled
 from .options import BrokerOptions
 from .server import Broker
 
@@ -27,13 +27,57 @@ def _tls_required(text: str) -> bool | str:
     return boolean(text)
 
 
+#: nsqd's limits given as whole numbers, and as Go durations.
+_INT_FLAGS = (
+    "max-msg-size",
+    "max-body-size",
+    "max-rdy-count",
+    "max-output-buffer-size",
+    "max-deflate-level",
+    "max-channel-consumers",
+    "mem-queue-size",
+)
+_DURATION_FLAGS = (
+    "max-req-timeout",
+    "msg-timeout",
+    "max-msg-timeout",
+    "max-heartbeat-interval",
+    "max-output-buffer-timeout",
+    "min-output-buffer-timeout",
+    "output-buffer-timeout",
+    "http-client-connect-timeout",
+    "http-client-request-timeout",
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m airflow_provider_nsq.testing.broker",
         description="An in-memory nsqd 1.3.0-compatible broker for tests and demos "
         "(not for production: no disk persistence).",
     )
+    _add_listeners(p.add_argument)
     add = p.add_argument
+    for flag in _INT_FLAGS:
+        add(f"--{flag}", type=int, default=None)
+    for flag in _DURATION_FLAGS:
+        add(f"--{flag}", type=duration_ms, default=None, metavar="DURATION")
+    for flag in ("deflate", "snappy"):
+        add(f"--{flag}", type=boolean, nargs="?", const=True, default=None, metavar="BOOL")
+    _add_tls_and_auth(add)
+    add(
+        "--lookupd-tcp-address",
+        action="append",
+        default=None,
+        help="nsqlookupd TCP HOST:PORT to register with (repeatable)",
+    )
+    add("--broadcast-tcp-port", type=int, default=None, help="TCP port told to lookupds")
+    add("--broadcast-http-port", type=int, default=None, help="HTTP port told to lookupds")
+    add("--log-level", default="info", choices=["debug", "info", "warn", "warning", "error"])
+    return p
+
+
+def _add_listeners(add: Callable[..., object]) -> None:
     add("--host", default=None, help="address to bind (default 127.0.0.1)")
     add("--tcp-port", type=int, default=None, help="TCP port (default 4150; 0 = free port)")
     add("--http-port", type=int, default=None, help="HTTP port (default 4151; 0 = free port)")
@@ -42,30 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--http-address", type=listen_address, default=None, help="HOST:PORT, as nsqd's flag")
     add("--https-address", type=listen_address, default=None, help="HOST:PORT, as nsqd's flag")
     add("--broadcast-address", default="127.0.0.1")
-    for flag in (
-        "max-msg-size",
-        "max-body-size",
-        "max-rdy-count",
-        "max-output-buffer-size",
-        "max-deflate-level",
-        "max-channel-consumers",
-        "mem-queue-size",
-    ):
-        add(f"--{flag}", type=int, default=None)
-    for flag in (
-        "max-req-timeout",
-        "msg-timeout",
-        "max-msg-timeout",
-        "max-heartbeat-interval",
-        "max-output-buffer-timeout",
-        "min-output-buffer-timeout",
-        "output-buffer-timeout",
-        "http-client-connect-timeout",
-        "http-client-request-timeout",
-    ):
-        add(f"--{flag}", type=duration_ms, default=None, metavar="DURATION")
-    for flag in ("deflate", "snappy"):
-        add(f"--{flag}", type=boolean, nargs="?", const=True, default=None, metavar="BOOL")
+
+
+def _add_tls_and_auth(add: Callable[..., object]) -> None:
     add("--tls-cert", default=None)
     add("--tls-key", default=None)
     add("--tls-root-ca-file", default=None)
@@ -85,16 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="nsqd-style auth server HOST:PORT or URL (repeatable)",
     )
-    add(
-        "--lookupd-tcp-address",
-        action="append",
-        default=None,
-        help="nsqlookupd TCP HOST:PORT to register with (repeatable)",
-    )
-    add("--broadcast-tcp-port", type=int, default=None, help="TCP port told to lookupds")
-    add("--broadcast-http-port", type=int, default=None, help="HTTP port told to lookupds")
-    add("--log-level", default="info", choices=["debug", "info", "warn", "warning", "error"])
-    return p
 
 
 def options_from_args(args: argparse.Namespace) -> BrokerOptions:

@@ -18,7 +18,7 @@ from typing import Any
 from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.names import is_valid_name
 
-from ..http_api import (
+from ..servers.http_api import (
     JSON_CONTENT_TYPE,
     NSQ_CONTENT_TYPE,
     APIError,
@@ -27,7 +27,7 @@ from ..http_api import (
     respond_v1,
     v1,
 )
-from ..http_server import Handler, Request, Response
+from ..servers.http_server import Handler, Request, Response
 from .channel import QueueFull
 from .commands import read_mpub
 from .errors import ClientError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from ..loop_thread import ServiceOnLoop
+from ..servers.loop_thread import ServiceOnLoop
 from .options import BrokerOptions
 from .server import Broker
 

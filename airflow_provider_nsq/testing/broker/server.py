@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ..http_server import start_http_server
+from ..servers.http_server import start_http_server
 from . import api
 from .commands import HANDLERS
 from .lookupd_registration import LookupdRegistration

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_HTTP_PORT, DEFAULT_LOOKUPD_TCP_PORT
 
-from ..daemon_flags import duration_ms, listen_address, logging_level
-from ..lifecycle import serve_until_signalled
+from ..servers.daemon_flags import duration_ms, listen_address, logging_level
+from ..servers.lifecycle import serve_until_signalled
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .server import Lookupd
 

@@ -7,15 +7,15 @@ What the recordings pin (tests/conformance/lookupd_transcripts/FACTS.md sections
 - Headers: JSON answers and errors carry ``Content-Type: application/json;
   charset=utf-8`` and ``X-Nsq-Content-Type: nsq; version=1.0``; a successful POST has an
   empty body and only the ``X-Nsq-Content-Type``; ``/ping`` is ``text/plain`` without it
-  (:mod:`..http_api` shapes answers as nsqlookupd's ``internal/http_api`` does).
+  (:mod:`..servers.http_api` shapes answers as nsqlookupd's ``internal/http_api`` does).
 - Errors are ``{"message": "<CODE>"}``; parameters come only from the query string
   (Go's ``url.ParseQuery``: a ``;`` or a bad ``%`` escape is ``400 INVALID_REQUEST``), a
   repeated parameter uses its first value, and a raw ``#`` stays part of the query.
-- Routing is httprouter's (:class:`..http_server.Router`): 405 with ``Allow``, OPTIONS,
+- Routing is httprouter's (:class:`..servers.http_server.Router`): 405 with ``Allow``, OPTIONS,
   no implicit HEAD, 301/307 redirects for a trailing slash or letter case, 404.
 
 Each handler takes the lookupd and the parsed query and returns the data to answer
-(``None``: an empty 200) or raises :class:`~..http_api.APIError`.
+(``None``: an empty 200) or raises :class:`~..servers.http_api.APIError`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_nsq.protocol.names import is_valid_name
 
-from ..http_api import APIError, nsq_router, plain_text, v1
-from ..http_server import Request, Router
+from ..servers.http_api import APIError, nsq_router, plain_text, v1
+from ..servers.http_server import Request, Router
 from .options import NSQLOOKUPD_VERSION
 from .registry import GO_ZERO_TIME_UNIX_NANO, Registration, filter_active
 

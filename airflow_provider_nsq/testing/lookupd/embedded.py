@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from ..http_api import APIError
-from ..loop_thread import ServiceOnLoop
+from ..servers.http_api import APIError
+from ..servers.loop_thread import ServiceOnLoop
 from . import api
 from .options import LookupdOptions
 from .server import Lookupd

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ..http_server import start_http_server
+from ..servers.http_server import start_http_server
 from . import api
 from .options import NSQLOOKUPD_VERSION, LookupdOptions
 from .registry import RegistrationDB

@@ -1,0 +1,12 @@
+"""What the test servers are built from, apart from what users import.
+
+The embedded nsqd (:mod:`..broker`) and nsqlookupd (:mod:`..lookupd`), the AUTH server
+(:mod:`..auth`) and the fault proxy (:mod:`..faults`) share this plumbing:
+
+- :mod:`.http_server`: an HTTP/1.1 server on asyncio and h11 that answers as Go's
+  ``net/http`` does;
+- :mod:`.http_api`: how nsqd and nsqlookupd shape their HTTP answers;
+- :mod:`.loop_thread`: a service on its own asyncio loop in a background thread;
+- :mod:`.lifecycle`: ``with server:``, and a daemon's run until a signal;
+- :mod:`.daemon_flags`: the daemons' command-line values, read as Go reads them.
+"""
