@@ -277,8 +277,12 @@ class LookupdRegistration:
         await asyncio.gather(*(peer.first_attempt.wait() for peer in self.peers))
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        # Wait for the cancellations to land: a loop closed with a pre-creation still
+        # asking a lookupd leaves its coroutines to be closed by the garbage collector.
+        await asyncio.gather(*tasks, return_exceptions=True)
         for peer in self.peers:
             await peer.stop()
 
