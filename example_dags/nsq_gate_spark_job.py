@@ -76,7 +76,7 @@ PARAMS: dict[str, Any] = {
 def synthetic_events(count: int, seed: int, prefix: str) -> list[dict[str, Any]]:
     """``count`` reproducible pipeline events (the same ``seed`` gives the same events)."""
     rng = random.Random(seed)
-    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     return [
         {
             "event_id": f"{prefix}-{i}",

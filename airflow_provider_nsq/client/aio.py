@@ -141,12 +141,9 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
             await asyncio.sleep(0)  # let the old socket close before the new one opens
         cfg = self.config
         try:
-            if hasattr(asyncio, "timeout"):  # 3.11+: no extra task, unlike wait_for
-                async with asyncio.timeout(cfg.connect_timeout):
-                    await self._open()
-            else:  # pragma: no cover - Python 3.10
-                await asyncio.wait_for(self._open(), cfg.connect_timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(cfg.connect_timeout):
+                await self._open()
+        except TimeoutError:
             self._teardown()
             raise NSQTimeoutError(
                 f"could not connect to nsqd at {cfg.address} and complete the handshake "
@@ -428,8 +425,9 @@ class AsyncNSQConnection(DriverBase[Coroutine[Any, Any, list[NSQMessage]]]):
             self._message_event.clear()
             if self._failure is None and self.connected:
                 try:
-                    await asyncio.wait_for(self._message_event.wait(), max(wait, 0))
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(max(wait, 0)):
+                        await self._message_event.wait()
+                except TimeoutError:
                     pass
             if not self._messages and self._failure is not None:
                 raise self._failure

@@ -221,20 +221,17 @@ async def ahttp_request(
 
     try:
         with map_exceptions(exchange.url, "reach", timeout):
-            reader, opened = await asyncio.wait_for(
-                asyncio.open_connection(
+            async with asyncio.timeout(timeout):
+                reader, opened = await asyncio.open_connection(
                     host,
                     port,
                     ssl=ssl_context,
                     server_hostname=(server_hostname or host) if ssl_context else None,
-                ),
-                timeout,
-            )
+                )
             writer = opened
         with map_exceptions(exchange.url, "get an answer from", timeout):
-            return await asyncio.wait_for(
-                exchange_bytes(reader, opened), max(deadline - time.monotonic(), 0.0)
-            )
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                return await exchange_bytes(reader, opened)
     finally:
         if writer is not None:
             writer.close()

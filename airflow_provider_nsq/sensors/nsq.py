@@ -573,7 +573,7 @@ class NSQSensor(BaseSensorOperator):
 
 
 def _utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _check_deferrable_channel(channel: str) -> None:
@@ -586,7 +586,7 @@ def _check_deferrable_channel(channel: str) -> None:
 
 
 def _deadline_iso(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat()
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
 
 
 def _deadline_epoch(value: object) -> float | None:

@@ -156,7 +156,7 @@ def _json_converter(dtype: DataType) -> Callable[[Any], Any] | None:
         return _float
     if isinstance(dtype, TimestampType):
         # Arrow hands these over in the session time zone; one zone for every message.
-        return lambda v: (v.astimezone(datetime.timezone.utc) if v.tzinfo else v).isoformat()
+        return lambda v: (v.astimezone(datetime.UTC) if v.tzinfo else v).isoformat()
     if isinstance(dtype, (DateType, TimestampNTZType)):
         return lambda v: v.isoformat()
     if isinstance(dtype, DayTimeIntervalType):

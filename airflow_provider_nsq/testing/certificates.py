@@ -41,7 +41,7 @@ def generate_tls_files(
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     until = now + datetime.timedelta(days=days)
     ca = trustme.CA(organization_name="airflow-provider-nsq test CA")
     server = ca.issue_cert(host, "localhost", common_name=host, not_before=now, not_after=until)

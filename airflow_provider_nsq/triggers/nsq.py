@@ -64,7 +64,7 @@ _METRICS = emitter("triggerer")
 def _iso(epoch: float | None) -> str | None:
     if epoch is None:
         return None
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat()
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
 
 
 class NSQMessageTrigger(BaseTrigger):

@@ -51,7 +51,7 @@ def utc_timestamp(text: str) -> float:
     """Seconds since the epoch of a timestamp the metadata DB stores (UTC, maybe naive)."""
     stamp = datetime.datetime.fromisoformat(text)
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+        stamp = stamp.replace(tzinfo=datetime.UTC)
     return stamp.timestamp()
 
 

@@ -135,9 +135,7 @@ def test_trigger_timeout_is_a_sensor_timeout_or_a_skip_with_soft_fail():
 
 
 def _iso_in(seconds: float) -> str:
-    return (
-        datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
-    ).isoformat()
+    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)).isoformat()
 
 
 def test_past_deadline_after_a_short_window_times_out(mocker):

@@ -21,7 +21,7 @@ from airflow_provider_nsq.sensors.tcp_backoff import (
 
 from .conftest import read
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 class RescheduledTI:

@@ -115,7 +115,7 @@ def test_json_format_sends_whole_rows(
             math.inf if i == 1 else float(i),
             Decimal(f"{i}1234567.05"),
             dt.date(2026, 1, i + 1),
-            dt.datetime(2026, 1, 2, 3, 4, 5, i, tzinfo=dt.timezone.utc),
+            dt.datetime(2026, 1, 2, 3, 4, 5, i, tzinfo=dt.UTC),
             bytearray(b"\x00\x01" * i),
             [f"t{i}", "x"],
             (f"c{i}", 1000 + i),

@@ -97,8 +97,9 @@ class AsyncNSQConsumer(ConsumerCore[AsyncNSQConnection]):
             event = self._event
             event.clear()
             try:
-                await asyncio.wait_for(event.wait(), max(step.timeout, 0.0))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(max(step.timeout, 0.0)):
+                    await event.wait()
+            except TimeoutError:
                 pass
             return None
         if isinstance(step, Connect):

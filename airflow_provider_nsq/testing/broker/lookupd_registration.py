@@ -112,8 +112,9 @@ class _PeerProtocol(asyncio.Protocol):
         self.pending.append(future)
         self.transport.write(data)
         try:
-            return await asyncio.wait_for(future, REPLY_TIMEOUT_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(REPLY_TIMEOUT_S):
+                return await future
+        except TimeoutError:
             self.close()
             raise _ConnectionLost(f"no reply within {REPLY_TIMEOUT_S:g}s") from None
 
@@ -157,15 +158,17 @@ class LookupdPeer:
         )
 
     async def stop(self) -> None:
-        # A flag as well as the cancel: before Python 3.12, wait_for() can swallow a
-        # cancellation that arrives as the awaited connect completes.
+        # A flag as well as the cancel: a cancellation that arrives as an awaited connect
+        # completes can be lost in code this loop does not own.
         self._stopping = True
         if self._protocol is not None:
             self._protocol.close()  # nsqd sends no UNREGISTER when it exits
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, asyncio.TimeoutError):
-                await asyncio.wait_for(self._task, CONNECT_TIMEOUT_S + REPLY_TIMEOUT_S)
+            # asyncio.wait: bounded, and a cancellation of stop() itself is not swallowed.
+            await asyncio.wait({self._task}, timeout=CONNECT_TIMEOUT_S + REPLY_TIMEOUT_S)
+            if self._task.done() and not self._task.cancelled():
+                self._task.result()
 
     def send(self, command: bytes) -> None:
         """Queue a command. While disconnected it is dropped: the next connection
@@ -206,12 +209,10 @@ class LookupdPeer:
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         max_reply = self.registration.broker.options.max_body_size
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            _, protocol = await loop.create_connection(
                 lambda: _PeerProtocol(max_reply, self._wakeup), self.host, self.port
-            ),
-            CONNECT_TIMEOUT_S,
-        )
+            )
         self._protocol = protocol
         assert protocol.transport is not None
         protocol.transport.write(MAGIC_V1)
@@ -238,8 +239,9 @@ class LookupdPeer:
                 next_ping = loop.time() + interval
                 continue
             self._wakeup.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), wait)  # a command, or the close
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wakeup.wait()  # a command, or the close
             if protocol.lost.done():
                 raise _ConnectionLost("closed by nsqlookupd")
 
