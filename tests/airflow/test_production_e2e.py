@@ -15,7 +15,8 @@ nsqadmin played by a small HTTP server here:
 - the ``nsq.*`` metrics with their values and tags, from the task processes and from the
   triggerer.
 
-One Airflow serves every test of this module (``pytest -s`` prints the figures).
+One Airflow serves every test of this module, each waiting for the runs it reads
+(``pytest -s`` prints the figures).
 Skipped only when Airflow itself cannot start here, with the reason.
 """
 
@@ -53,7 +54,9 @@ DAG_IDS = (
     "nsq_prod_reschedule",
     "nsq_prod_events",
 )
-RESCHEDULE_TIMEOUT_S = 50
+#: DAGs started by an asset event, not by the fixture.
+STARTED_BY_ASSETS = ("nsq_prod_downstream", "nsq_prod_events")
+RESCHEDULE_TIMEOUT_S = 35
 EVENT_MESSAGES = 5
 #: Where the browser check saves its screenshot (for people; the test asserts the page).
 SCREENSHOT_DIR = os.environ.get("NSQ_SCREENSHOT_DIR")
@@ -166,6 +169,34 @@ class Production:
             )
         ]
 
+    def wait_finished(self, *dag_ids: str) -> None:
+        """Wait until the named DAGs' runs have finished (the runs the fixture started,
+        or for the DAGs an asset starts, their first run), and note those run ids."""
+
+        def finished() -> bool:
+            self.airflow.check_alive()
+            for dag_id in dag_ids:
+                if dag_id in STARTED_BY_ASSETS:
+                    runs = self.finished_runs(dag_id)
+                    if not runs:
+                        return False
+                    self.runs.setdefault(dag_id, runs[0][0])
+                elif self.run_state(dag_id) not in ("success", "failed"):
+                    return False
+            return True
+
+        wait_until(f"the runs of {', '.join(dag_ids)} finished", finished, 300, interval=1)
+
+    def wait_event_fins(self) -> None:
+        """The triggerer FINs a batch once Airflow confirms its event stored (3.3), a
+        moment after the run it started may already have finished."""
+        self.wait_finished("nsq_prod_events")
+        wait_until(
+            "the event trigger reports its FINs",
+            lambda: self.statsd.total("airflow.nsq.event.finished") >= EVENT_MESSAGES,
+            60,
+        )
+
     def links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
         path = (
             f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/links"
@@ -244,25 +275,8 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
 
         wait_until("the triggerer subscribes to the watched channel", subscribed, 240, interval=1)
         _publish(nsqd, topics["events"], EVENT_MESSAGES)
-
-        def done() -> bool:
-            airflow.check_alive()
-            states = {dag_id: result.run_state(dag_id) for dag_id in result.runs}
-            triggered = all(
-                result.finished_runs(d) for d in ("nsq_prod_downstream", "nsq_prod_events")
-            )
-            return triggered and all(s in ("success", "failed") for s in states.values())
-
-        wait_until("every DAG run finished", done, 300, interval=1)
-        for dag_id in ("nsq_prod_downstream", "nsq_prod_events"):
-            result.runs[dag_id] = result.finished_runs(dag_id)[0][0]
-        # The triggerer FINs a batch once Airflow confirms its event stored (3.3), a
-        # moment after the run it started may already have finished.
-        wait_until(
-            "the event trigger reports its FINs",
-            lambda: statsd.total("airflow.nsq.event.finished") >= EVENT_MESSAGES,
-            60,
-        )
+        # Each test waits for the runs it reads (Production.wait_finished): the
+        # reschedule run alone takes RESCHEDULE_TIMEOUT_S, the others overlap with it.
         yield result
     finally:
         airflow.stop_all()
@@ -270,61 +284,11 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
         admin.close()
 
 
-# -- 1. reschedule mode without the HTTP API ------------------------------------------------
-
-
-def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
-    airflow = production.airflow
-    run_id = production.runs["nsq_prod_reschedule"]
-    (state,) = airflow.query(
-        "SELECT state FROM task_instance WHERE dag_id = 'nsq_prod_reschedule' AND run_id = ?",
-        run_id,
-    )[0]
-    # soft_fail: the timeout passed with too few messages
-    assert state == "skipped", "\n".join(
-        line
-        for line in (airflow.root / "scheduler.log").read_text(errors="replace").splitlines()
-        if "nsq_prod_reschedule" in line and ("state" in line or "Marking" in line)
-    )[-3000:]
-    rows = airflow.query(
-        "SELECT r.start_date, r.end_date, r.reschedule_date FROM task_reschedule r "
-        "JOIN task_instance ti ON ti.id = r.ti_id "
-        "WHERE ti.dag_id = 'nsq_prod_reschedule' AND ti.run_id = ? ORDER BY r.id",
-        run_id,
-    )
-    starts = [utc_timestamp(r[0]) for r in rows]
-    ends = [utc_timestamp(r[1]) for r in rows]
-    wakes = [utc_timestamp(r[2]) for r in rows]
-    deadline = starts[0] + RESCHEDULE_TIMEOUT_S
-    # Each reschedule (one per poke, each poke one short window) waits for the next
-    # window: 20 s, 40 s ... after it (poke_interval=5, window=1), or until the timeout;
-    # with poke_interval alone it would be 5 s each.
-    for n, (end, wake) in enumerate(zip(ends, wakes, strict=True), start=1):
-        expected = min(tcp_pause(n, 5, 1), deadline + 1 - end)
-        assert wake - end == pytest.approx(expected, abs=2.5), (n, wake - end, expected)
-    assert 1 <= len(rows) <= 2, rows  # 50 s: windows at 0 and 20+ s
-    # Every poke but the last was rescheduled after its window; the last one, at or near
-    # the timeout, opened one more, or none. One delivery per window.
-    windows = production.statsd.total("airflow.nsq.sensor.checks.tcp", dag_id="nsq_prod_reschedule")
-    assert windows in (len(rows), len(rows) + 1)
-    (message,) = _read(nsqd, production.topics["reschedule"], "etl", 1)
-    assert message.attempts == windows + 1
-    print(
-        f"\nreschedule mode, no HTTP API: {windows:g} windows in {RESCHEDULE_TIMEOUT_S}s, "
-        f"reschedules waited {[round(w - e, 1) for e, w in zip(ends, wakes, strict=True)]}s; "
-        f"the message was delivered {message.attempts - 1} times"
-    )
-
-
-def _read(nsqd, topic: str, channel: str, count: int):
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-        return conn.consume(topic, channel, max_messages=count, timeout=5)
-
-
-# -- 2. asset outlets ----------------------------------------------------------------------
+# -- 1. asset outlets ----------------------------------------------------------------------
 
 
 def test_a_publish_with_asset_outlet_starts_the_dag_scheduled_on_the_topic(nsqd, production):
+    production.wait_finished("nsq_prod_publish", "nsq_prod_downstream")
     assert production.run_state("nsq_prod_publish") == "success"
     runs = production.finished_runs("nsq_prod_downstream")
     assert [state for _, state in runs] == ["success"]
@@ -335,10 +299,12 @@ def test_a_publish_with_asset_outlet_starts_the_dag_scheduled_on_the_topic(nsqd,
     assert events == [(f"nsq://{nsqd.tcp_address}/{production.topics['publish']}",)]
 
 
-# -- 3. links to nsqadmin ------------------------------------------------------------------
+# -- 2. links to nsqadmin ------------------------------------------------------------------
 
 
 def test_the_api_server_hands_the_ui_the_nsqadmin_links(production):
+    # The links come from the operators: the reschedule run's task need not have finished.
+    production.wait_finished(*(d for d in DAG_IDS if d != "nsq_prod_reschedule"))
     admin, topics = production.admin.url, production.topics
     publish = production.runs["nsq_prod_publish"]
     for task_id in ("pub", "dpub", "mpub"):
@@ -371,6 +337,7 @@ def _playwright():
 
 def test_the_ui_shows_the_link_and_it_opens_nsqadmin(production, tmp_path):
     chromium, sync_api = _playwright()
+    production.wait_finished("nsq_prod_sensor")
     run_id = production.runs["nsq_prod_sensor"]
     # The task instance's Details tab, where the UI lists its extra links.
     page_url = (
@@ -421,10 +388,64 @@ def test_the_ui_shows_the_link_and_it_opens_nsqadmin(production, tmp_path):
     print(f"\nscreenshot of the task instance with its nsqadmin link: {screenshot}")
 
 
+# -- 3. reschedule mode without the HTTP API ------------------------------------------------
+
+
+def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
+    production.wait_finished("nsq_prod_reschedule")
+    airflow = production.airflow
+    run_id = production.runs["nsq_prod_reschedule"]
+    (state,) = airflow.query(
+        "SELECT state FROM task_instance WHERE dag_id = 'nsq_prod_reschedule' AND run_id = ?",
+        run_id,
+    )[0]
+    # soft_fail: the timeout passed with too few messages
+    assert state == "skipped", "\n".join(
+        line
+        for line in (airflow.root / "scheduler.log").read_text(errors="replace").splitlines()
+        if "nsq_prod_reschedule" in line and ("state" in line or "Marking" in line)
+    )[-3000:]
+    rows = airflow.query(
+        "SELECT r.start_date, r.end_date, r.reschedule_date FROM task_reschedule r "
+        "JOIN task_instance ti ON ti.id = r.ti_id "
+        "WHERE ti.dag_id = 'nsq_prod_reschedule' AND ti.run_id = ? ORDER BY r.id",
+        run_id,
+    )
+    starts = [utc_timestamp(r[0]) for r in rows]
+    ends = [utc_timestamp(r[1]) for r in rows]
+    wakes = [utc_timestamp(r[2]) for r in rows]
+    deadline = starts[0] + RESCHEDULE_TIMEOUT_S
+    # Each reschedule (one per poke, each poke one short window) waits for the next
+    # window: 20 s, 40 s ... after it (poke_interval=5, window=1), or until the timeout;
+    # with poke_interval alone it would be 5 s each.
+    for n, (end, wake) in enumerate(zip(ends, wakes, strict=True), start=1):
+        expected = min(tcp_pause(n, 5, 1), deadline + 1 - end)
+        assert wake - end == pytest.approx(expected, abs=2.5), (n, wake - end, expected)
+    assert 1 <= len(rows) <= 2, rows  # 35 s: windows at 0 and 20+ s
+    # Every poke but the last was rescheduled after its window; the last one, at or near
+    # the timeout, opened one more, or none. One delivery per window.
+    windows = production.statsd.total("airflow.nsq.sensor.checks.tcp", dag_id="nsq_prod_reschedule")
+    assert windows in (len(rows), len(rows) + 1)
+    (message,) = _read(nsqd, production.topics["reschedule"], "etl", 1)
+    assert message.attempts == windows + 1
+    print(
+        f"\nreschedule mode, no HTTP API: {windows:g} windows in {RESCHEDULE_TIMEOUT_S}s, "
+        f"reschedules waited {[round(w - e, 1) for e, w in zip(ends, wakes, strict=True)]}s; "
+        f"the message was delivered {message.attempts - 1} times"
+    )
+
+
+def _read(nsqd, topic: str, channel: str, count: int):
+    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+        return conn.consume(topic, channel, max_messages=count, timeout=5)
+
+
 # -- 4. metrics -----------------------------------------------------------------------------
 
 
 def test_the_metrics_reach_statsd_with_their_values(production):
+    production.wait_finished(*DAG_IDS)
+    production.wait_event_fins()
     statsd, topics = production.statsd, production.topics
     pub = {"dag_id": "nsq_prod_publish", "topic": topics["publish"]}
     assert statsd.total("airflow.nsq.publish.pub.messages", task_id="pub", **pub) == 1
@@ -475,6 +496,8 @@ def test_the_metrics_reach_statsd_with_their_values(production):
 
 
 def test_every_metric_sent_is_a_documented_one(production):
+    production.wait_finished(*DAG_IDS)
+    production.wait_event_fins()
     from airflow_provider_nsq.metrics import METRICS
 
     sent = {name.removeprefix("airflow.") for name, *_ in production.statsd.samples("airflow.nsq.")}
