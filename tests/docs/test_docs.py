@@ -63,6 +63,16 @@ class Testbed:
         """The session's nsqd: the one ``nsq_default`` names."""
         return self.fixture("nsqd")
 
+    def fresh_channel(self, topic: str, channel: str) -> None:
+        """Create ``channel`` and drop what it holds: a page's topics have fixed names,
+        and an nsqd that outlives the suite (``NSQD_ADDRESS``) keeps what earlier runs
+        left there."""
+        self.nsqd.create_channel(topic, channel)
+        status, body = self.nsqd.http(
+            "POST", "/channel/empty", {"topic": topic, "channel": channel}
+        )
+        assert status == 200, (status, body)
+
     @cached_property
     def topology(self) -> Any:
         """An nsqlookupd with one nsqd registered, for blocks that name nsqlookupds."""
