@@ -27,6 +27,7 @@ import tomllib
 from pathlib import Path
 
 import nox
+import nox.virtualenv
 from packaging.requirements import Requirement
 
 nox.options.default_venv_backend = "uv"
@@ -164,6 +165,19 @@ def spark_runtime(pyspark: str) -> list[str]:
 PYSPARK_CI = {"3.5.9", "4.3.0"}
 
 
+def _prune_uv_cache(session: nox.Session) -> None:
+    """Drop what uv's cache keeps of the install but will not reuse.
+
+    PyPI has no PySpark wheel: uv builds one from the sdist on every install and keeps
+    each build, unpacked, beside the last (about 1.6 GB per install), so without this
+    every matrix run grows the cache by GBs until the disk is full. ``--ci`` keeps the
+    built wheels and drops unpacked sources and downloaded wheels, which download again.
+    """
+    found, uv, _ = nox.virtualenv.find_uv()  # the uv the sessions install with
+    if found:
+        session.run(uv, "cache", "prune", "--ci", external=True)
+
+
 @nox.session(python=PYTHON, tags=["spark"])
 @nox.parametrize(
     "pyspark",
@@ -172,7 +186,10 @@ PYSPARK_CI = {"3.5.9", "4.3.0"}
 def spark(session: nox.Session, pyspark: str) -> None:
     """tests/spark on one PySpark, without Airflow."""
     session.install("--no-deps", ".")
-    session.install(*spark_runtime(pyspark), "pytest", "pytest-timeout")
+    try:
+        session.install(*spark_runtime(pyspark), "pytest", "pytest-timeout")
+    finally:
+        _prune_uv_cache(session)
     session.run("python", "-c", "import pyspark; print('pyspark', pyspark.__version__)")
     # Spark's Python workers run `python3` from PATH: nox puts the session's first.
     session.run("pytest", "-p", "no:cacheprovider", "-rs", "tests/spark", *session.posargs)
