@@ -35,7 +35,7 @@ from ..links import NSQAdminChannelLink
 from ..metrics import emitter, task_tags
 from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
-from ..triggers.nsq import NSQMessageTrigger
+from ..triggers.nsq import NSQMessageTrigger, deadline_epoch, deadline_iso
 from .tcp_backoff import TCP_WINDOW_MAX_BACKOFF_S, next_reschedule, tcp_backoff
 from .window_settings import (
     MAX_WINDOW_MESSAGES,
@@ -510,7 +510,7 @@ class NSQSensor(BaseSensorOperator):
         deferral's kwargs, or from the event where ``dag.test()`` drops those)."""
         event = event or {}
         status = event.get("status")
-        when = _deadline_epoch(deadline or event.get("deadline"))
+        when = deadline_epoch(deadline or event.get("deadline"))
         if when is None:  # an event from an older trigger: bound the wait from now
             when = time.time() + self.timeout
         if status == "timeout":
@@ -538,7 +538,7 @@ class NSQSensor(BaseSensorOperator):
 
     def _defer(self, deadline: float) -> None:
         remaining = max(deadline - time.time(), 1.0)
-        iso = _deadline_iso(deadline)
+        iso = deadline_iso(deadline)
         self.defer(
             trigger=NSQMessageTrigger(
                 topic=self.topic,
@@ -583,15 +583,3 @@ def _check_deferrable_channel(channel: str) -> None:
             "closes, so messages cannot wait for the task while it is deferred; use a "
             "durable channel with deferrable=True"
         )
-
-
-def _deadline_iso(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
-
-
-def _deadline_epoch(value: object) -> float | None:
-    if isinstance(value, str) and value:
-        return datetime.datetime.fromisoformat(value).timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None

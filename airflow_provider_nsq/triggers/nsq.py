@@ -61,10 +61,18 @@ _RECONNECT_MAX_S = 30.0
 _METRICS = emitter("triggerer")
 
 
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
+def deadline_iso(epoch: float) -> str:
+    """A deadline (seconds since the epoch) as the ISO 8601 text events and kwargs carry."""
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).isoformat()
+
+
+def deadline_epoch(value: object) -> float | None:
+    """The deadline back from :func:`deadline_iso`'s text (or a number); None if absent."""
+    if isinstance(value, str) and value:
+        return datetime.datetime.fromisoformat(value).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 class NSQMessageTrigger(BaseTrigger):
@@ -128,7 +136,7 @@ class NSQMessageTrigger(BaseTrigger):
                 "topic": self.topic,
                 "channel": self.channel,
                 **fields,
-                "deadline": _iso(self.deadline),
+                "deadline": None if self.deadline is None else deadline_iso(self.deadline),
             }
         )
 
