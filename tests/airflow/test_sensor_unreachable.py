@@ -6,6 +6,7 @@ unreachable. nsqd is a closed port on 127.0.0.1 that starts listening later, or 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import socket
 import threading
@@ -46,6 +47,22 @@ def test_the_first_check_defers_instead_of_failing(unreachable_nsqd):
     trigger = deferred.value.trigger
     assert isinstance(trigger, NSQMessageTrigger)
     assert 80 < trigger.deadline - time.time() <= 90  # the sensor's timeout still bounds it
+
+
+def test_a_resumed_task_whose_nsqd_went_away_defers_again_within_its_deadline(unreachable_nsqd):
+    sensor = NSQSensor(task_id="wait", topic="events", channel="etl", deferrable=True)
+    deadline = time.time() + 60
+    ready = {"status": "ready", "ready": 1, "deadline": None}
+
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute_complete(
+            {}, ready, deadline=datetime.datetime.fromtimestamp(deadline, datetime.UTC).isoformat()
+        )
+    assert deferred.value.trigger.deadline == pytest.approx(deadline, abs=1e-3)
+
+    past = datetime.datetime.fromtimestamp(time.time() - 1, datetime.UTC).isoformat()
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.execute_complete({}, ready, deadline=past)
 
 
 def test_the_trigger_retries_until_the_deadline_and_every_retry_it_logs_comes(unreachable_nsqd):
