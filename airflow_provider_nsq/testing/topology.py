@@ -170,7 +170,7 @@ class NSQLookupdServer:
         TCP protocol; it stays listed until the returned handle is closed. With a
         ``tcp_port`` nothing listens on, it is an nsqd that lookupds list and nobody
         can reach. Works with a real nsqlookupd too (give its TCP address)."""
-        from airflow_provider_nsq.protocol.lookupd import (
+        from .wire.registration import (
             MAGIC_V1,
             ReplyReader,
             encode_identify,

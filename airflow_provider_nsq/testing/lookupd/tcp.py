@@ -13,7 +13,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_provider_nsq.client.address import format_address
-from airflow_provider_nsq.protocol.lookupd import (
+from airflow_provider_nsq.protocol.names import is_ephemeral
+
+from ..wire.registration import (
     OK_REPLY,
     Event,
     Identify,
@@ -25,8 +27,6 @@ from airflow_provider_nsq.protocol.lookupd import (
     encode_identify_reply,
     encode_reply,
 )
-from airflow_provider_nsq.protocol.names import is_ephemeral
-
 from .options import NSQLOOKUPD_VERSION
 from .registry import CLIENT, PeerInfo, Registration
 
