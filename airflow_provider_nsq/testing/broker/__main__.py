@@ -40,8 +40,8 @@ _NUMBER_FLAGS = (
     (
         "mem-queue-size",
         "COUNT",
-        "messages a topic or channel holds; a hard bound here, as there is no disk to "
-        "spill to (nsqd's default: 10000)",
+        "messages a topic or channel holds, a hard bound here with no disk to spill "
+        "to; nsqd holds 10000, then writes to disk",
     ),
 )
 #: nsqd's flags given as Go durations: flag, what it sets.
@@ -91,14 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="HTTPS port, served when --tls-cert is given; 0 picks a free one "
-        "(default: a free port; wins over --https-address)",
+        "(default a free port; wins over --https-address)",
     )
     add(
         "--https-address",
         type=listen_address,
         metavar="HOST:PORT",
         help="HTTPS listen address, as nsqd's flag; only its port is used, the host is "
-        "--host's (default: a free port)",
+        "--host's (default a free port)",
     )
     for flag, unit, what in _NUMBER_FLAGS:
         in_unit = ", in bytes" if unit == "BYTES" else ""
@@ -135,14 +135,14 @@ def _add_tls_and_auth(add: Any) -> None:
         "--tls-cert",
         metavar="PATH",
         help="server certificate (PEM) for TLS on TCP and for HTTPS; with --tls-key "
-        "(default: none, no TLS)",
+        "(default none: no TLS)",
     )
-    add("--tls-key", metavar="PATH", help="the certificate's private key, PEM (default: none)")
+    add("--tls-key", metavar="PATH", help="the certificate's private key, PEM (default none)")
     add(
         "--tls-root-ca-file",
         metavar="PATH",
         help="CA certificates (PEM) that client certificates are verified against "
-        "(default: the system's)",
+        "(default the system's CAs)",
     )
     add(
         "--tls-required",
@@ -158,7 +158,7 @@ def _add_tls_and_auth(add: Any) -> None:
         choices=["", "require", "require-verify"],
         metavar="POLICY",
         help="ask TLS clients for a certificate: require or require-verify (both verify "
-        "it here); implies --tls-required (default: none)",
+        "it here); implies --tls-required (default none)",
     )
     add(
         "--tls-min-version",
@@ -171,8 +171,8 @@ def _add_tls_and_auth(add: Any) -> None:
         "--auth-http-address",
         action="append",
         metavar="HOST:PORT|URL",
-        help="nsqd-style auth server to ask about AUTH secrets; repeatable (default: "
-        "none, AUTH off)",
+        help="nsqd-style auth server to ask about AUTH secrets; repeatable (default "
+        "none: AUTH off)",
     )
 
 
@@ -182,7 +182,7 @@ def _add_registration(add: Any) -> None:
         action="append",
         metavar="HOST:PORT",
         help="nsqlookupd TCP address to register topics and channels with; repeatable "
-        "(default: none)",
+        "(default none)",
     )
     add(
         "--broadcast-address",
@@ -194,13 +194,13 @@ def _add_registration(add: Any) -> None:
         "--broadcast-tcp-port",
         type=int,
         metavar="PORT",
-        help="TCP port lookupds hand out (default: the TCP port listened on)",
+        help="TCP port lookupds hand out (default the TCP port listened on)",
     )
     add(
         "--broadcast-http-port",
         type=int,
         metavar="PORT",
-        help="HTTP port lookupds hand out (default: the HTTP port listened on)",
+        help="HTTP port lookupds hand out (default the HTTP port listened on)",
     )
 
 

@@ -535,7 +535,7 @@ class ClientSession(asyncio.Protocol):
                 self.tls,
                 self.common_name,
                 self.auth_secret,
-                opts.http_client_request_timeout / 1000.0,
+                (opts.http_client_connect_timeout + opts.http_client_request_timeout) / 1000,
                 self.broker.auth_client_ssl_context,
             )
         return self.loop.run_in_executor(self.broker.executor, call)

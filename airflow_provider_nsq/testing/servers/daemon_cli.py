@@ -65,7 +65,7 @@ def new_parser(
     add(
         "--host",
         metavar="HOST",
-        help="address every listener binds (default: the host of --tcp-address, else "
+        help="address every listener binds (default the host of --tcp-address, else "
         "of --http-address, else 127.0.0.1)",
     )
     add(
@@ -104,7 +104,7 @@ def new_parser(
     add(
         "--log-prefix",
         metavar="PREFIX",
-        help=f"accepted for {daemon} compatibility and ignored (default: none)",
+        help=f"accepted for {daemon} compatibility and ignored (default none)",
     )
     return parser
 
