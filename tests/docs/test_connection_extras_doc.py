@@ -9,17 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_nsq.client.connection_settings import ConnectionSettings
-from airflow_provider_nsq.client.setting_fields import EXTRA, for_source
+from airflow_provider_nsq.hooks.connection_form import extra_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "connections.md").read_text(encoding="utf-8")
 ROWS = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)` \|.*$", PAGE, re.MULTILINE)}
-SPECIAL = {
-    name: described
-    for name, described in for_source(ConnectionSettings.described(), EXTRA).items()
-    if described.special
-}
+SPECIAL = {name: described for name, described in extra_settings().items() if described.special}
 
 
 def test_some_extras_take_special_values() -> None:
