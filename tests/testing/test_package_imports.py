@@ -52,4 +52,5 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("airflow", "asyn
         "airflow_provider_nsq",
         f"{PACKAGE}",
         f"{PACKAGE}.pytest_plugin",
+        "airflow_provider_nsq.version",
     ]
