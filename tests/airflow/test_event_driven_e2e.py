@@ -1,6 +1,9 @@
-"""End to end: a real Airflow (api-server, scheduler, dag-processor, triggerer; SQLite,
+"""End to end: a real Airflow (api-server, scheduler, dag-processor, triggerer;
 LocalExecutor, loopback only) runs ``example_dags/nsq_event_driven.py`` against the
-test nsqd, with no help from extra ("flush") messages:
+test nsqd, with no help from extra ("flush") messages, once on PostgreSQL and once on
+SQLite: Airflow queues asset-triggered runs through different code on each (an
+``INSERT ... ON CONFLICT`` on PostgreSQL, a merge elsewhere), and the trigger's event
+spacing must work with both:
 
 - single messages, one at a time: publish -> asset event -> DAG run latency;
 - a burst of 200 messages published at once, then 50 published one by one: every
@@ -43,7 +46,7 @@ class Airflow(RealAirflow):
     """The Airflow of this test: the event-driven example DAG, ``nsq_default`` on the
     test nsqd; and what the metadata DB says about the asset's events and runs."""
 
-    def __init__(self, root, nsqd, topics: dict[str, str]) -> None:
+    def __init__(self, root, nsqd, topics: dict[str, str], database: str | None) -> None:
         conn = (
             f"nsq://{nsqd.tcp_address}?http_port={nsqd.http_port}"
             # A short msg_timeout: after the kill, nsqd redelivers within seconds.
@@ -53,6 +56,7 @@ class Airflow(RealAirflow):
             root,
             [EXAMPLE_DAGS / "nsq_event_driven.py"],
             {"AIRFLOW_CONN_NSQ_DEFAULT": conn, **topics},
+            database,
         )
 
     # -- the metadata DB (read-only, short queries: the scheduler writes meanwhile) --------
@@ -151,14 +155,18 @@ class Scenario:
             time.sleep(1)
 
 
-@pytest.fixture(scope="module")
-def scenario(nsqd, tmp_path_factory) -> Iterator[Scenario]:
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+def scenario(request, nsqd, tmp_path_factory) -> Iterator[Scenario]:
     topic = f"orders_{secrets.token_hex(4)}"
     topics = {"NSQ_EVENTS_TOPIC": topic, "NSQ_RESULTS_TOPIC": f"{topic}_results"}
     # Durable channels from the start: nothing published before a subscriber is lost.
     nsqd.create_channel(topic, CHANNEL)
     nsqd.create_channel(topics["NSQ_RESULTS_TOPIC"], "check")
-    airflow = Airflow(tmp_path_factory.mktemp("event-driven"), nsqd, topics)
+    database = None
+    if request.param == "postgresql":
+        postgres = request.getfixturevalue("postgres")
+        database = postgres.create_database(f"event_driven_{secrets.token_hex(4)}")
+    airflow = Airflow(tmp_path_factory.mktemp("event-driven"), nsqd, topics, database)
     airflow.migrate()
     try:
         airflow.start_all()
@@ -172,7 +180,7 @@ def scenario(nsqd, tmp_path_factory) -> Iterator[Scenario]:
         wait_until("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
         instance = Scenario(nsqd, airflow, topic, topics["NSQ_RESULTS_TOPIC"])
         yield instance
-        print("\nNSQ event-driven e2e: " + " ".join(instance.figures))
+        print(f"\nNSQ event-driven e2e ({request.param}): " + " ".join(instance.figures))
     finally:
         airflow.stop_all()
 

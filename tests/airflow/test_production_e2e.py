@@ -1,5 +1,5 @@
-"""End to end in one real Airflow (api-server, scheduler, dag-processor, triggerer; SQLite,
-LocalExecutor, loopback only) running tests/airflow/production_dags/nsq_production.py
+"""End to end in one real Airflow (api-server, scheduler, dag-processor, triggerer;
+PostgreSQL, LocalExecutor, loopback only) running tests/airflow/production_dags/nsq_production.py
 against the test nsqd, with Airflow's StatsD metrics sent to a UDP listener here and
 nsqadmin played by a small HTTP server here:
 
@@ -211,7 +211,7 @@ def _publish(nsqd, topic: str, count: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def production(nsqd, tmp_path_factory) -> Iterator[Production]:
+def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
     token = secrets.token_hex(4)
     topics = {
         "publish": f"prod_pub_{token}",
@@ -247,7 +247,8 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
         "NSQ_PROD_EVENTS_TOPIC": topics["events"],
         "NSQ_PROD_RESCHEDULE_TIMEOUT_S": str(RESCHEDULE_TIMEOUT_S),
     }
-    airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env)
+    database = postgres.create_database(f"production_{token}")
+    airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env, database)
     result = Production(airflow, statsd, admin, topics)
     airflow.migrate()
     try:
