@@ -72,6 +72,33 @@ def _publish_metrics(kind: PublishKind, command: str) -> list[Metric]:
     ]
 
 
+def _health_metrics(kind: str, what: str, contact: str, tags: tuple[str, ...]) -> list[Metric]:
+    """A trigger's health (triggers/health.py), reported every 10 s while it runs."""
+    per_nsqd = (*tags, "nsqd") if kind == "event" else tags
+    return [
+        Metric(
+            f"{PREFIX}.{kind}.health.reports",
+            "counter",
+            f"Health reports of {what}, one every 10 s while it runs: a rate of 0 means it "
+            "runs nowhere (its triggerer died and no other took it over, or it ended).",
+            tags,
+        ),
+        Metric(f"{PREFIX}.{kind}.health.last_contact", "gauge", contact, per_nsqd),
+        Metric(
+            f"{PREFIX}.{kind}.health.connections",
+            "gauge",
+            f"Connections to nsqd that {what} has up.",
+            tags,
+        ),
+        Metric(
+            f"{PREFIX}.{kind}.health.held",
+            "gauge",
+            f"Messages {what} holds: delivered, not yet FINished or REQ'd.",
+            tags,
+        ),
+    ]
+
+
 #: Every metric the provider sends, by name.
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -160,6 +187,19 @@ METRICS: dict[str, Metric] = {
             "timer",
             "Milliseconds from publish (nsqd's timestamp of the batch's oldest message) "
             "to its asset event stored.",
+            _EVENT_TAGS,
+        ),
+        *_health_metrics(
+            "event",
+            "an event trigger's subscription",
+            "Seconds since the event trigger last heard from this nsqd (0 while its "
+            "connection is up).",
+            _EVENT_TAGS,
+        ),
+        *_health_metrics(
+            "sensor",
+            "a deferred sensor's trigger",
+            "Seconds since nsqd last answered one of the deferred sensor's checks.",
             _EVENT_TAGS,
         ),
     ]
