@@ -14,6 +14,10 @@ it): task processes configure the task SDK's (common-compat's ``Stats``), the tr
 Airflow core's (``airflow.observability.stats``); Airflow 3.0 and 3.1 have one, built
 from ``[metrics]`` on first use. :func:`emitter` picks the one for where the code runs.
 
+Tag values keep letters, digits, ``_``, ``.`` and ``-``; any other character becomes
+``_`` (:func:`tag_value`): Airflow's StatsD logger drops a metric whose tags hold
+others, such as the ``:`` of an nsqd's ``host:port``.
+
 Sending a metric never fails the caller: an error is logged at debug level and dropped.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -221,6 +226,18 @@ def _triggerer_stats() -> Any:
     return stats.Stats
 
 
+#: What Airflow's StatsD logger lets through in a tag value (it checks the name and the
+#: InfluxDB-style tags as one stat name): anything else makes it drop the metric.
+_UNSAFE_IN_TAGS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def tag_value(value: Any) -> str:
+    """``value`` as a tag every metrics backend takes: characters other than letters,
+    digits, ``_``, ``.`` and ``-`` become ``_`` (an nsqd ``127.0.0.1:4150`` is
+    ``127.0.0.1_4150``, a channel ``tail#ephemeral`` is ``tail_ephemeral``)."""
+    return _UNSAFE_IN_TAGS.sub("_", str(value))
+
+
 class Emitter:
     """Sends the provider's metrics from one place (a task, or the triggerer)."""
 
@@ -234,7 +251,7 @@ class Emitter:
         if name not in METRICS:  # a programming error, not a runtime condition
             raise KeyError(f"{name} is not in metrics.METRICS (and docs/metrics.md)")
         try:
-            clean = {k: str(v) for k, v in tags.items() if v is not None and v != ""}
+            clean = {k: tag_value(v) for k, v in tags.items() if v is not None and v != ""}
             getattr(self._stats(), method)(name, value, tags=clean)
         except Exception as exc:  # metrics must never fail a task or a trigger
             log.debug("Could not send metric %s (%s)", name, exc)

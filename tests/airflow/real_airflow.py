@@ -182,22 +182,29 @@ class RealAirflow:
                 f"Airflow cannot start here: `airflow db migrate` failed: {done.stderr[-800:]}"
             )
 
+    @staticmethod
+    def hostname(name: str) -> str:
+        """The host name component ``name`` reports (``job.hostname``): ``scheduler#2``
+        is ``scheduler-2`` (Airflow puts it in metric tags, where ``#`` is refused)."""
+        return name.replace("#", "-")
+
     def start(self, name: str) -> None:
         """Start a component: ``scheduler``, or ``scheduler#2`` for a second one (its log
-        ``scheduler#2.log``, its ``job.hostname`` ``scheduler#2``)."""
+        ``scheduler#2.log``, its host name :meth:`hostname`)."""
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         self.processes[name] = subprocess.Popen(
             [AIRFLOW, *self.COMPONENTS[name.split("#")[0]]],
-            env={**self.env, "NSQ_TEST_COMPONENT": name},
+            env={**self.env, "NSQ_TEST_COMPONENT": self.hostname(name)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped (or killed) whole
         )
 
-    def start_all(self) -> None:
-        """Every component; skips the test when the API server does not come up."""
-        for name in self.COMPONENTS:
+    def start_all(self, names: Iterable[str] = COMPONENTS) -> None:
+        """Every component (or those ``names``, as :meth:`start` takes them); skips the
+        test when the API server does not come up."""
+        for name in names:
             self.start(name)
         try:
             wait_until("the API server answers", self.api_healthy, 180, interval=1)
@@ -250,19 +257,18 @@ class RealAirflow:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
-    def pause(self, name: str) -> None:
-        """SIGSTOP the component's process group (:meth:`resume` continues it)."""
-        os.killpg(self.processes[name].pid, signal.SIGSTOP)
+    def stop(self, name: str) -> None:
+        """Stop one component the way an operator would (SIGINT, then SIGKILL for what
+        is left after 30 s)."""
+        proc = self.processes.pop(name)
+        self._stop([proc])
 
-    def resume(self, name: str) -> None:
-        os.killpg(self.processes[name].pid, signal.SIGCONT)
-
-    def stop_all(self) -> None:
-        for proc in self.processes.values():
+    def _stop(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
         deadline = time.monotonic() + 30
-        for proc in self.processes.values():
+        for proc in procs:
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
@@ -270,6 +276,9 @@ class RealAirflow:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # stragglers: workers, uvicorn children
             proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        self._stop(list(self.processes.values()))
         self.processes.clear()
         for log in self._logs:
             log.close()
@@ -320,3 +329,41 @@ class RealAirflow:
 
     def import_errors(self) -> list[str]:
         return [row[0] for row in self.query("SELECT stacktrace FROM import_error")]
+
+    def asset_events(self, asset: str) -> list[tuple[int, dict[str, Any], float]]:
+        """``(id, payload, stored at)`` of each event of the asset named ``asset`` (the
+        payload of the trigger event that made it)."""
+        rows = self.query(
+            "SELECT e.id, e.extra, e.timestamp FROM asset_event e "
+            "JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
+            asset,
+        )
+        return [
+            (row[0], json.loads(row[1]).get("payload", {}), utc_timestamp(row[2])) for row in rows
+        ]
+
+    def dag_runs(self, dag_id: str) -> dict[int, dict[str, Any]]:
+        """Every run of the DAG: state, start/end, and how long its queue entry waited
+        (``queued_at - run_after``: the asset event that queued it until the scheduler
+        made the run)."""
+        rows = self.query(
+            "SELECT id, state, start_date, end_date, queued_at, run_after FROM dag_run "
+            "WHERE dag_id = ?",
+            dag_id,
+        )
+        return {
+            r[0]: {
+                "state": r[1],
+                "start": utc_timestamp(r[2]) if r[2] else None,
+                "end": utc_timestamp(r[3]) if r[3] else None,
+                "queue_wait": utc_timestamp(r[4]) - utc_timestamp(r[5]) if r[4] and r[5] else None,
+            }
+            for r in rows
+        }
+
+    def runs_of_events(self) -> dict[int, list[int]]:
+        """The DAG runs that consumed each asset event (by event id)."""
+        by_event: dict[int, list[int]] = {}
+        for run_id, event_id in self.query("SELECT dag_run_id, event_id FROM dagrun_asset_event"):
+            by_event.setdefault(event_id, []).append(run_id)
+        return by_event

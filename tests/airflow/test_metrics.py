@@ -42,6 +42,20 @@ def test_zero_counts_send_nothing_and_empty_tags_are_dropped(mocker):
     stats.gauge.assert_called_once_with("nsq.sensor.depth", 7, tags={"topic": "t"})
 
 
+def test_tag_values_keep_only_what_every_backend_takes(mocker):
+    stats = mocker.Mock()
+    mocker.patch.object(metrics, "_triggerer_stats", return_value=stats)
+    emitter("triggerer").gauge(
+        "nsq.event.health.last_contact", 1.5, nsqd="[::1]:4150", channel="tail#ephemeral"
+    )
+    # Airflow's StatsD logger drops a metric whose InfluxDB-style tags hold ":" or "#".
+    stats.gauge.assert_called_once_with(
+        "nsq.event.health.last_contact",
+        1.5,
+        tags={"nsqd": "___1__4150", "channel": "tail_ephemeral"},
+    )
+
+
 def _without_health(sent: Mock) -> list:
     """The calls of a Stats method but the triggers' health reports (test_trigger_health.py)."""
     return [c for c in sent.call_args_list if ".health." not in c.args[0]]

@@ -42,6 +42,7 @@ from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.sensors.tcp_backoff import tcp_pause
 
 from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .statsd_listener import StatsDListener
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -60,62 +61,6 @@ RESCHEDULE_TIMEOUT_S = 35
 EVENT_MESSAGES = 5
 #: Where the browser check saves its screenshot (for people; the test asserts the page).
 SCREENSHOT_DIR = os.environ.get("NSQ_SCREENSHOT_DIR")
-
-
-class StatsDListener:
-    """A StatsD server on 127.0.0.1: every datagram received, parsed."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._receive, daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.sock.getsockname()[1]
-
-    def _receive(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            self.lines.extend(data.decode(errors="replace").splitlines())
-
-    def samples(self, prefix: str) -> list[tuple[str, dict[str, str], float, str]]:
-        """``(name, tags, value, type)`` of each line whose name starts with ``prefix``
-        (InfluxDB-style tags: ``name,k=v:value|type``)."""
-        out = []
-        for line in list(self.lines):
-            head, _, rest = line.partition(":")
-            name, *pairs = head.split(",")
-            if not name.startswith(prefix) or "|" not in rest:
-                continue
-            value, kind = rest.split("|")[:2]
-            tags = dict(p.split("=", 1) for p in pairs if "=" in p)
-            out.append((name, tags, float(value), kind))
-        return out
-
-    def values(self, name: str, **tags: str) -> list[float]:
-        """The values sent for ``name`` with (at least) ``tags``, in order."""
-        return [
-            v
-            for n, t, v, _ in self.samples(name)
-            if n == name and all(t.get(k) == x for k, x in tags.items())
-        ]
-
-    def total(self, name: str, **tags: str) -> float:
-        """A counter's sum over the samples with (at least) ``tags``."""
-        return sum(self.values(name, **tags))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 class FakeNSQAdmin:

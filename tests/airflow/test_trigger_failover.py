@@ -130,7 +130,8 @@ def test_the_event_trigger_reports_its_health(nsqd_factory, monkeypatch, mocker,
             assert _gauges(stats, "nsq.event.health.connections") == [(1, tags)]
             assert _gauges(stats, "nsq.event.health.held") == [(4, tags)]
             ((contact, contact_tags),) = _gauges(stats, "nsq.event.health.last_contact")
-            assert contact < 1 and contact_tags == {**tags, "nsqd": server.tcp_address}
+            nsqd_tag = metrics.tag_value(server.tcp_address)  # "127.0.0.1_4150"
+            assert contact < 1 and contact_tags == {**tags, "nsqd": nsqd_tag}
             stats.incr.assert_called_once_with("nsq.event.health.reports", 1, tags=tags)
 
             await asyncio.to_thread(server.broker.stop)  # nsqd goes away
