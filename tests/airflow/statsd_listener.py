@@ -25,6 +25,17 @@ class StatsDListener:
     def port(self) -> int:
         return self.sock.getsockname()[1]
 
+    def airflow_env(self) -> dict[str, str]:
+        """``[metrics]`` for an Airflow that sends here, tags on the wire, prefix
+        ``airflow``."""
+        return {
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(self.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags on the wire
+        }
+
     def _receive(self) -> None:
         while not self._stop.is_set():
             try:

@@ -179,11 +179,7 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
         "AIRFLOW_CONN_NSQ_DEFAULT": f"{nsq}?http_port={nsqd.http_port}&nsqadmin_url={admin_q}",
         "AIRFLOW_CONN_NSQ_TCP_ONLY": f"{nsq}?nsqadmin_url={admin_q}",
         "AIRFLOW_CONN_NSQ_DOWN": f"nsq://127.0.0.1:{closed}?connect_timeout=2",
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
-        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags on the wire
+        **statsd.airflow_env(),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the API, the UI: no login
         "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
         "NSQ_PROD_PUBLISH_TOPIC": topics["publish"],
