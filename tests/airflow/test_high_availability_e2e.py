@@ -63,6 +63,7 @@ SENSOR_MESSAGES = 5
 SENSOR_TIMEOUT_S = 240
 QUIET_TIMEOUT_S = 75
 HEALTH_THRESHOLD_S = 10
+SCHEDULER_HEARTBEAT_S = 2
 #: The connection's msg_timeout_ms; unset (the triggers ask for their own 10 s) unless
 #: the environment says, to compare.
 CONNECTION_MSG_TIMEOUT_MS = os.environ.get("NSQ_HA_MSG_TIMEOUT_MS", "")
@@ -91,8 +92,8 @@ class Figures:
     runs: int
     lost: int
     duplicates: int
-    recover_s: float | None = None  # kill -> the first batch of the burst in a DAG run
-    all_in_runs_s: float | None = None  # kill -> every message of the burst in a DAG run
+    recover_s: float | None = None  # kill -> a batch of what was in flight then, in a run
+    all_in_runs_s: float | None = None  # kill -> every message of the burst in DAG runs
     in_flight_at_kill: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -192,21 +193,38 @@ class HA:
                 found.setdefault(n, []).append(event_id)
         return found
 
-    def in_runs(self, numbers: set[int], every: bool = True) -> bool:
-        """Every message in ``numbers`` (``every=False``: one) is in an asset event a
-        DAG run consumed."""
+    def in_runs(self, numbers: set[int]) -> bool:
+        """Every message in ``numbers`` is in an asset event a DAG run consumed."""
         consumed = self.airflow.runs_of_events()
         found = self.event_numbers()
-        reached = (any(consumed.get(e) for e in found.get(n, [])) for n in numbers)
-        return all(reached) if every else any(reached)
+        return all(any(consumed.get(e) for e in found.get(n, [])) for n in numbers)
 
     def time_to_runs(self, killed_at: float, numbers: set[int]) -> tuple[float, float]:
-        """Seconds from the kill until the first batch of ``numbers`` is in a DAG run,
-        and until all of them are."""
-        wait_until("a batch in a DAG run", lambda: self.in_runs(numbers, False), 180, 0.5)
-        first = time.monotonic() - killed_at
-        wait_until("every message in a DAG run", lambda: self.in_runs(numbers), 180, 0.5)
-        return first, time.monotonic() - killed_at
+        """Seconds from the kill until the first batch of what was in flight then
+        (messages delivered again: ``attempts`` > 1; without any, the first batch) is in
+        a DAG run, and until all of ``numbers`` are. Messages nsqd still had queued go
+        to the new subscriber at once; those in flight come back when their msg_timeout
+        expires, and become events spaced by the watcher's ``min_event_interval``."""
+        reached: dict[int, float] = {}
+
+        def all_reached() -> bool:
+            consumed = self.airflow.runs_of_events()
+            now = time.monotonic() - killed_at
+            for event_id, payload, _ in self.airflow.asset_events(ASSET):
+                if consumed.get(event_id):
+                    for n in set(_numbers(payload)) & numbers:
+                        reached.setdefault(n, now)
+            return set(reached) == numbers
+
+        wait_until("every message in a DAG run", all_reached, 240, 0.5)
+        redelivered = {
+            n
+            for _, payload, _ in self.airflow.asset_events(ASSET)
+            for n, record in zip(_numbers(payload), payload.get("messages", []), strict=True)
+            if n in numbers and record["attempts"] > 1
+        }
+        held = min((reached[n] for n in redelivered), default=min(reached.values()))
+        return held, max(reached.values())
 
     def processed(self, numbers: set[int]) -> bool:
         """Every message in ``numbers`` reached a DAG run, every run of the DAG has
@@ -252,6 +270,41 @@ class HA:
             run = self.airflow.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
             runs[dag_id] = run["dag_run_id"]
         return runs
+
+    def wait_deferrals_seen(self, runs: dict[str, str]) -> None:
+        """Wait until every scheduler has gone round its loop since the sensors deferred.
+
+        Airflow 3.3.2 fails a deferred task's resumed try when the executor's report of
+        the deferring process's exit reaches the scheduler only after the trigger fired
+        and the resumed try is running (apache/airflow#72716, #71580; the fix for the
+        scheduled and queued states, #66374, does not cover running). The sensor's
+        window has then pushed and FINished its messages in a try Airflow discards, and
+        the retry waits for messages that are gone. The scenarios publish for the
+        sensors only once the schedulers have seen the deferrals, so that they test
+        the failover, not that race (docs/operations.md says what to do about it).
+        """
+        placeholders = ", ".join("?" for _ in runs)
+        (deferred_at,) = self.airflow.query(
+            "SELECT max(t.created_date) FROM task_instance ti "
+            "JOIN trigger t ON t.id = ti.trigger_id "
+            f"WHERE ti.task_id = 'wait' AND ti.run_id IN ({placeholders})",
+            *runs.values(),
+        )[0]
+        # The executor reports the deferring process's exit a moment after the deferral.
+        after = utc_timestamp(deferred_at) + SCHEDULER_HEARTBEAT_S + 1
+
+        def seen() -> bool:
+            beats = [
+                utc_timestamp(row[0])
+                for name in self.running("scheduler")
+                for row in self.airflow.query(
+                    "SELECT latest_heartbeat FROM job WHERE hostname = ? AND end_date IS NULL",
+                    self.airflow.hostname(name),
+                )
+            ]
+            return bool(beats) and min(beats) > after
+
+        wait_until("the schedulers saw the deferrals", seen, 60, interval=0.5)
 
     def sensor_state(self, dag_id: str, run_id: str) -> tuple[str | None, float | None]:
         """The sensor task's state, and seconds from its run's start to its end."""
@@ -331,7 +384,7 @@ def ha(nsqd, postgres, tmp_path_factory) -> Iterator[HA]:
         "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(HEALTH_THRESHOLD_S),
         # A dead scheduler's queued tasks are reset, and the tasks its LocalExecutor ran
         # (killed with it) failed and retried, within seconds, not 5 minutes.
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": str(SCHEDULER_HEARTBEAT_S),
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": str(HEALTH_THRESHOLD_S),
         "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
@@ -369,8 +422,8 @@ def ha(nsqd, postgres, tmp_path_factory) -> Iterator[HA]:
         print(f"\nHA Airflow up in {time.monotonic() - started:.0f}s")
         yield instance
         print(
-            "\nHA scenarios (seconds from the kill until the burst's first batch, and all "
-            "of it, is in DAG runs):"
+            "\nHA scenarios (seconds from the kill until a batch of what was in flight "
+            "then, and the whole burst, is in DAG runs):"
         )
         print(
             "| scenario | published | asset events | DAG runs | lost | duplicates | "
@@ -427,6 +480,7 @@ def test_b_a_killed_triggerer_moves_its_triggers_and_loses_nothing(ha):
         180,
         interval=1,
     )
+    ha.wait_deferrals_seen(runs)
     other = ha.start_new("triggerer")
     wait_until(f"{other} heartbeats", lambda: ha.healthy(other), 120, interval=1)
     # A peek holds part of what its sensor waits for when the triggerer dies.
@@ -476,6 +530,7 @@ def test_c_a_killed_scheduler_loses_nothing(ha):
         180,
         interval=1,
     )
+    ha.wait_deferrals_seen(runs)
     victim = ha.running("scheduler")[0]
     numbers = range(3000, 3150)
     events_before = len(airflow.asset_events(ASSET))
