@@ -239,11 +239,26 @@ class NSQHook(BaseHook):
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """What ``channel`` holds, from nsqd's ``/stats`` (every producer nsqlookupd
         lists, or the connection's nsqd on its ``http_port``); no message is taken.
-        None when no HTTP API is known (see :mod:`~..client.channel_depth`)."""
+
+        A durable channel that does not exist yet is **created** there, its topic first
+        (``POST /topic/create``, then ``/channel/create``), as a ``SUB`` would: every
+        message published to the topic from then on waits on the channel for the next
+        check (the sensor's next poke). Without it, nsqd would give the topic's messages
+        to its other channels only, and the depth read here would stay 0 while they
+        pass. So a channel only ever checked keeps what is published until it is
+        consumed: delete it (nsqd's ``POST /channel/delete``) when nothing reads it any
+        more. ``#ephemeral`` channels are never created.
+
+        :param topic: the topic name.
+        :param channel: the channel name.
+        :return: the channel's depth; None when no HTTP API is known (nothing is created
+            then; see :mod:`~airflow_provider_nsq.client.channel_depth`).
+        """
         return ChannelDepthReader(self.get_settings()).read(topic, channel)
 
     async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
-        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once)."""
+        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once):
+        creates a missing durable channel the same way."""
         return await ChannelDepthReader(await self.aget_settings()).aread(topic, channel)
 
     # -- connections ---------------------------------------------------------------

@@ -60,7 +60,7 @@ _WINDOW_INSTEAD = "opening a window instead (a short window redelivers the messa
 
 Rejected = Literal["finish", "requeue"]
 
-# Re-exported: DAGs import decode_record_body (and may import the others) from here.
+# Re-exported for DAGs that import them from here (the docs use client.records).
 __all__ = [
     "DEFAULT_MAX_XCOM_BYTES",
     "MAX_WINDOW_MESSAGES",
