@@ -1,7 +1,8 @@
 """Helpers for the Airflow-layer tests: the ``nsq_default`` connection pointing at the
 test broker, an independent consumer to see what nsqd holds, and ``dag.test()``
 runners that report task states and XCom values; :func:`needs_airflow` for what a
-newer Airflow brings (the matrix runs these tests on every supported version)."""
+newer Airflow brings (the matrix runs these tests on every supported version); the
+``postgres`` server the real-Airflow tests keep their metadata DBs on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,24 @@ def needs_airflow(minimum: str, what: str) -> pytest.MarkDecorator:
         Version(minimum) > AIRFLOW_VERSION,
         reason=f"{what} needs Airflow >= {minimum}; this is Airflow {AIRFLOW_VERSION}",
     )
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A PostgreSQL server for real Airflows' metadata DBs (one database each: see
+    :mod:`.postgres_server`), started on first use and stopped at the end of the session;
+    skips, naming what is missing, where PostgreSQL cannot be had."""
+    from .postgres_server import PostgresServer, missing
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

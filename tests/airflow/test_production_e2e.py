@@ -1,5 +1,5 @@
-"""End to end in one real Airflow (api-server, scheduler, dag-processor, triggerer; SQLite,
-LocalExecutor, loopback only) running tests/airflow/production_dags/nsq_production.py
+"""End to end in one real Airflow (api-server, scheduler, dag-processor, triggerer;
+PostgreSQL, LocalExecutor, loopback only) running tests/airflow/production_dags/nsq_production.py
 against the test nsqd, with Airflow's StatsD metrics sent to a UDP listener here and
 nsqadmin played by a small HTTP server here:
 
@@ -42,6 +42,7 @@ from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.sensors.tcp_backoff import tcp_pause
 
 from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .statsd_listener import StatsDListener
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -60,62 +61,6 @@ RESCHEDULE_TIMEOUT_S = 35
 EVENT_MESSAGES = 5
 #: Where the browser check saves its screenshot (for people; the test asserts the page).
 SCREENSHOT_DIR = os.environ.get("NSQ_SCREENSHOT_DIR")
-
-
-class StatsDListener:
-    """A StatsD server on 127.0.0.1: every datagram received, parsed."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._receive, daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.sock.getsockname()[1]
-
-    def _receive(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            self.lines.extend(data.decode(errors="replace").splitlines())
-
-    def samples(self, prefix: str) -> list[tuple[str, dict[str, str], float, str]]:
-        """``(name, tags, value, type)`` of each line whose name starts with ``prefix``
-        (InfluxDB-style tags: ``name,k=v:value|type``)."""
-        out = []
-        for line in list(self.lines):
-            head, _, rest = line.partition(":")
-            name, *pairs = head.split(",")
-            if not name.startswith(prefix) or "|" not in rest:
-                continue
-            value, kind = rest.split("|")[:2]
-            tags = dict(p.split("=", 1) for p in pairs if "=" in p)
-            out.append((name, tags, float(value), kind))
-        return out
-
-    def values(self, name: str, **tags: str) -> list[float]:
-        """The values sent for ``name`` with (at least) ``tags``, in order."""
-        return [
-            v
-            for n, t, v, _ in self.samples(name)
-            if n == name and all(t.get(k) == x for k, x in tags.items())
-        ]
-
-    def total(self, name: str, **tags: str) -> float:
-        """A counter's sum over the samples with (at least) ``tags``."""
-        return sum(self.values(name, **tags))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 class FakeNSQAdmin:
@@ -211,7 +156,7 @@ def _publish(nsqd, topic: str, count: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def production(nsqd, tmp_path_factory) -> Iterator[Production]:
+def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
     token = secrets.token_hex(4)
     topics = {
         "publish": f"prod_pub_{token}",
@@ -234,11 +179,7 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
         "AIRFLOW_CONN_NSQ_DEFAULT": f"{nsq}?http_port={nsqd.http_port}&nsqadmin_url={admin_q}",
         "AIRFLOW_CONN_NSQ_TCP_ONLY": f"{nsq}?nsqadmin_url={admin_q}",
         "AIRFLOW_CONN_NSQ_DOWN": f"nsq://127.0.0.1:{closed}?connect_timeout=2",
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
-        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags on the wire
+        **statsd.airflow_env(),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the API, the UI: no login
         "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
         "NSQ_PROD_PUBLISH_TOPIC": topics["publish"],
@@ -247,7 +188,8 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
         "NSQ_PROD_EVENTS_TOPIC": topics["events"],
         "NSQ_PROD_RESCHEDULE_TIMEOUT_S": str(RESCHEDULE_TIMEOUT_S),
     }
-    airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env)
+    database = postgres.create_database(f"production_{token}")
+    airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env, database)
     result = Production(airflow, statsd, admin, topics)
     airflow.migrate()
     try:
@@ -502,12 +444,14 @@ def test_every_metric_sent_is_a_documented_one(production):
 
     sent = {name.removeprefix("airflow.") for name, *_ in production.statsd.samples("airflow.nsq.")}
     assert sent <= set(METRICS)
-    # This run has no filter, no dead-letter topic and no failed store.
+    # This run has no filter, no dead-letter topic, no failed store and no deferred sensor
+    # (test_high_availability_e2e.py has those).
     unused = {
         "nsq.sensor.window.filtered",
         "nsq.event.requeued",
         "nsq.event.dead_lettered",
         "nsq.publish.dpub.errors",
         "nsq.publish.mpub.errors",
+        *(name for name in METRICS if name.startswith("nsq.sensor.health.")),
     }
     assert sent == set(METRICS) - unused
