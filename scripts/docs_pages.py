@@ -73,9 +73,15 @@ def main() -> None:
     nav = mkdocs_gen_files.Nav()
     for parts, path in module_pages():
         inner = parts[1:]
-        doc = Path(*inner, "index.md") if path.name == "__init__.py" else Path(*inner).with_suffix(".md")
+        doc = (
+            Path(*inner, "index.md")
+            if path.name == "__init__.py"
+            else Path(*inner).with_suffix(".md")
+        )
         nav[inner or (PACKAGE,)] = doc.as_posix()
-        write_page(f"reference/{doc.as_posix()}", f"# `{'.'.join(parts)}`\n\n::: {'.'.join(parts)}\n", path)
+        write_page(
+            f"reference/{doc.as_posix()}", f"# `{'.'.join(parts)}`\n\n::: {'.'.join(parts)}\n", path
+        )
     with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as summary:
         summary.writelines(nav.build_literate_nav())
 
