@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed-stamp
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
-.PHONY: install test lint typecheck pytest matrix-ci compat dist demo bench clean
+.PHONY: install test lint typecheck pytest docs matrix-ci compat dist demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ pytest: $(STAMP)
 # CI: the checks, the whole suite on the pinned (newest) Airflow, and the matrix sessions
 # tagged "ci" (noxfile.py): the wheel from `make dist` beside the oldest supported Airflow
 # (the Airflow-layer tests), and the Spark tests on the oldest and the newest PySpark.
-test: lint typecheck pytest matrix-ci
+test: lint typecheck docs pytest matrix-ci
+
+# The documentation site, built strictly: a broken link or anchor, a missing reference or
+# a docstring warning fails it. Open site/index.html, or serve it with `mkdocs serve`.
+docs: $(STAMP)
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The sdist and the wheel, checked as PyPI would (twine) and for their license files.
 dist: $(STAMP)
@@ -59,4 +64,4 @@ bench: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist site *.egg-info

@@ -145,7 +145,7 @@ class NSQPublishOperator(_NSQPublishBase):
         on it run after this task: ``"host:port"``, the cluster's address as the
         connection names it. ``True`` reads it from the connection when the DAG is parsed
         (deprecated: warns with the address to write).
-    :return: ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
+    Returns ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "message", "nsq_conn_id")
@@ -157,9 +157,10 @@ class NSQPublishOperator(_NSQPublishBase):
         topic: str,
         message: str | bytes | dict | list,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
         check_message(message)
         self.message = message
 
@@ -180,7 +181,7 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
     :param asset_outlet: declare the topic's asset as an outlet (see
         :class:`NSQPublishOperator`).
-    :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}`` (pushed to XCom).
+    Returns ``{"topic", "messages": 1, "bytes", "delay_ms"}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "message", "delay", "nsq_conn_id")
@@ -193,9 +194,10 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
         message: str | bytes | dict | list,
         delay: Delay | str,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
         check_message(message)
         check_delay(delay)
         self.message = message
@@ -223,7 +225,7 @@ class NSQMultiPublishOperator(_NSQPublishBase):
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
     :param asset_outlet: declare the topic's asset as an outlet (see
         :class:`NSQPublishOperator`).
-    :return: ``{"topic", "messages": <count>, "bytes": <total>}`` (pushed to XCom).
+    Returns ``{"topic", "messages": <count>, "bytes": <total>}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "messages", "nsq_conn_id")
@@ -235,9 +237,10 @@ class NSQMultiPublishOperator(_NSQPublishBase):
         topic: str,
         messages: Any,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
         if isinstance(messages, (list, tuple)):
             if not messages:
                 raise NSQValueError("messages is empty: MPUB needs at least one message")
