@@ -235,19 +235,24 @@ class ConsumeApply:
             self._settle(group, outcome)
             idle_since = time.monotonic()
 
-    def _left(self) -> int | None:
+    def _left(self, answering: int = 0) -> int | None:
+        """Deliveries the run may still answer (None: no limit), once ``answering``
+        more are answered."""
         limit = self.settings.max_messages
-        return None if limit is None else max(limit - self.summary.messages, 0)
+        return None if limit is None else max(limit - self.summary.messages - answering, 0)
 
-    def _wanted_budget(self) -> int:
-        left = self._left()
-        budget = self.settings.max_in_flight
-        return budget if left is None else min(budget, left)
+    def _wanted_budget(self, answering: int = 0) -> int:
+        left = self._left(answering)
+        return (
+            self.settings.max_in_flight if left is None else min(self.settings.max_in_flight, left)
+        )
 
-    def _set_budget(self) -> None:
+    def _set_budget(self, answering: int = 0) -> None:
         """Never more in flight than the run may still answer: what it holds counts
-        against nsqd's RDY, so ``answered + held <= max_messages``."""
-        budget = self._wanted_budget()
+        against nsqd's RDY, so ``answered + held <= max_messages``. Called before
+        messages are answered (``answering``), so nsqd reads the lower RDY before the
+        FIN or REQ that frees room."""
+        budget = self._wanted_budget(answering)
         if budget != self._budget:
             self.consumer.set_max_in_flight(budget)
             self._budget = budget
@@ -309,6 +314,7 @@ class ConsumeApply:
     # -- answering -----------------------------------------------------------------------
 
     def _settle(self, group: list[NSQMessage], outcome: _Outcome) -> None:
+        self._set_budget(answering=len(group))
         summary = self.summary
         summary.messages += len(group)
         summary.nsqds.update(m.nsqd or "" for m in group)

@@ -88,7 +88,7 @@ def _check_dead_letter_topic(dead_letter_topic: object, topic: object) -> None:
         )
 
 
-def _max_messages(value: object) -> int | None:
+def _count(name: str, value: object) -> int | None:
     """None, an int >= 1, or (rendered from a template) its digits."""
     if value is None:
         return None
@@ -97,7 +97,7 @@ def _max_messages(value: object) -> int | None:
     except NSQValueError:
         count = 0
     if isinstance(value, bool) or count < 1:
-        raise NSQValueError(f"max_messages must be an int >= 1 or None, got {value!r}")
+        raise NSQValueError(f"{name} must be an int >= 1 or None, got {value!r}")
     return count
 
 
@@ -147,7 +147,7 @@ class NSQConsumeOperator(BaseOperator):
         ``timedelta`` (default 5 s) (templated).
     :param max_attempts: the delivery (nsqd's ``attempts``, counting every delivery of
         the message to any consumer) whose failure sets the message aside (default 5;
-        None: REQ it every time).
+        None: REQ it every time) (templated).
     :param requeue_delay: the first REQ delay after a failure, doubling per delivery:
         ``timedelta`` or milliseconds (default 1000; 0: no delay).
     :param dead_letter_topic: where messages past ``max_attempts`` go (templated).
@@ -164,6 +164,7 @@ class NSQConsumeOperator(BaseOperator):
         "apply_function_kwargs",
         "max_messages",
         "window",
+        "max_attempts",
         "dead_letter_topic",
         "nsq_conn_id",
     )
@@ -182,7 +183,7 @@ class NSQConsumeOperator(BaseOperator):
         max_messages: int | str | None = 1000,
         max_batch_size: int = 100,
         window: datetime.timedelta | float | str = 5.0,
-        max_attempts: int | None = 5,
+        max_attempts: int | str | None = 5,
         requeue_delay: Delay = 1000,
         dead_letter_topic: str | None = None,
         return_apply_function_results: bool = False,
@@ -202,8 +203,9 @@ class NSQConsumeOperator(BaseOperator):
         if not is_templated(topic):
             validate_topic_name(topic)
         _check_channel(channel)
-        if not is_templated(max_messages):
-            _max_messages(max_messages)
+        for name, value in (("max_messages", max_messages), ("max_attempts", max_attempts)):
+            if not is_templated(value):
+                _count(name, value)
         if not is_templated(window):
             duration_to_seconds(window, "window")
         if not isinstance(max_batch_size, int) or not 1 <= max_batch_size <= DEFAULT_MAX_RDY_COUNT:
@@ -211,10 +213,6 @@ class NSQConsumeOperator(BaseOperator):
                 f"max_batch_size must be an int 1-{DEFAULT_MAX_RDY_COUNT} (nsqd's "
                 f"--max-rdy-count), got {max_batch_size!r}"
             )
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-        ):
-            raise NSQValueError(f"max_attempts must be an int >= 1 or None, got {max_attempts!r}")
         _check_dead_letter_topic(dead_letter_topic, topic)
         if not isinstance(return_apply_function_results, bool):
             raise NSQValueError(
@@ -230,7 +228,7 @@ class NSQConsumeOperator(BaseOperator):
         self.max_messages: Any = max_messages
         self.max_batch_size = max_batch_size
         self.window: Any = window
-        self.max_attempts = max_attempts
+        self.max_attempts: Any = max_attempts
         self.requeue_delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
         self.dead_letter_topic = dead_letter_topic
         self.return_apply_function_results = return_apply_function_results
@@ -261,13 +259,16 @@ class NSQConsumeOperator(BaseOperator):
         validate_topic_name(self.topic)
         _check_channel(self.channel)
         _check_dead_letter_topic(self.dead_letter_topic, self.topic)
-        config = self.hook.get_client_config()
+        max_messages = _count("max_messages", self.max_messages)
+        max_attempts = _count("max_attempts", self.max_attempts)
+        window = duration_to_seconds(self.window, "window")
+        config = self.hook.get_client_config()  # the first read of the connection
         return ApplySettings(
             batch=self.apply_function_batch is not None,
-            max_messages=_max_messages(self.max_messages),
+            max_messages=max_messages,
             max_in_flight=self.max_batch_size,
-            window=duration_to_seconds(self.window, "window"),
-            max_attempts=self.max_attempts,
+            window=window,
+            max_attempts=max_attempts,
             requeue_delay_ms=min(self.requeue_delay_ms, config.max_req_timeout_ms),
             max_requeue_delay_ms=config.max_req_timeout_ms,
             keep_results=self.return_apply_function_results,
