@@ -321,7 +321,7 @@ class ConsumeApply:
         if outcome.error is None:
             self._keep_result(group, outcome.result)
             for message in group:
-                _answer(message, "FIN", message.finish)
+                answer_or_log(message, "FIN", message.finish)
             summary.applied += len(group)
             self.metrics.count("applied", len(group))
             oldest = min(m.timestamp for m in group)
@@ -355,7 +355,7 @@ class ConsumeApply:
             json.dumps(result)
         except (TypeError, ValueError) as exc:
             for message in group:
-                _answer(message, "REQ", message.requeue)
+                answer_or_log(message, "REQ", message.requeue)
             raise NSQValueError(
                 f"the function returned a {type(result).__name__}, which cannot be kept as "
                 f"a JSON result ({exc}); its message(s) were handed back (REQ): return "
@@ -367,7 +367,7 @@ class ConsumeApply:
         delay_ms = 0
         if self._backoff is not None:
             delay_ms = round(self._backoff.nth(max(message.attempts, 1)) * 1000)
-        _answer(message, "REQ", lambda: message.requeue(delay_ms))
+        answer_or_log(message, "REQ", lambda: message.requeue(delay_ms))
 
     def _set_aside(self, message: NSQMessage, error: BaseException) -> NSQPoisonMessageError | None:
         """Publish ``message`` to the dead-letter topic and FIN it; the error to stop
@@ -392,7 +392,7 @@ class ConsumeApply:
                 f"could not be published to the dead-letter topic {self.dead_letters.topic} "
                 f"({exc})",
             )
-        _answer(message, "FIN", message.finish)
+        answer_or_log(message, "FIN", message.finish)
         self.summary.dead_lettered += 1
         self.metrics.count("dead_lettered", 1)
         log.warning(
@@ -405,9 +405,10 @@ class ConsumeApply:
         return None
 
 
-def _answer(message: NSQMessage, what: str, respond: Callable[[], None]) -> None:
-    """FIN or REQ one message; a connection that is gone is logged, not raised: nsqd
-    redelivers its messages after msg_timeout."""
+def answer_or_log(message: NSQMessage, what: str, respond: Callable[[], None]) -> None:
+    """FIN or REQ one message (``respond`` does it, ``what`` names it in the log); a
+    connection that is gone is logged, not raised: nsqd redelivers its messages after
+    msg_timeout, and nothing else may answer them."""
     try:
         respond()
     except NSQError as exc:
