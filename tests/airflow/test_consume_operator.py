@@ -540,7 +540,10 @@ def test_templated_fields_are_rendered(airflow_db, nsqd, nsq_default, nsq_topic)
     dag = load_dag(DAGS, "nsq_consume_templated")
     result = run_dag(dag, topic=nsq_topic, channel="tpl", dead=_dead(nsq_topic))
     assert result.state == "success", result
-    assert result.xcom["consume"] == [f"tpl:a:{result.run_id}", f"tpl:b:{result.run_id}"]
+    assert result.xcom["consume"] == [
+        f"tpl:a:{result.run_id}@consume",
+        f"tpl:b:{result.run_id}@consume",
+    ]
     (left,) = read(nsqd, nsq_topic, "tpl", count=1)  # max_messages rendered: 2
     assert left.body == b"c"
 

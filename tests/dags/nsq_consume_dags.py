@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import threading
 
-from airflow.sdk import dag
+from airflow.sdk import dag, get_current_context
 
 from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
 
@@ -19,8 +19,9 @@ RELEASE = threading.Event()
 
 
 def tag_body(prefix: str, record: dict, *, suffix: str = "") -> str:
-    """``prefix`` + body + ``suffix``: shows where the arguments went."""
-    return f"{prefix}{record['body']}{suffix}"
+    """``prefix`` + body + ``suffix``: shows where the arguments went; then ``@`` and
+    the task id, read from the task's context on the function's own thread."""
+    return f"{prefix}{record['body']}{suffix}@{get_current_context()['ti'].task_id}"
 
 
 def slow_apply(record: dict) -> None:
