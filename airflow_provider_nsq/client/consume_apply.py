@@ -137,8 +137,8 @@ class _Outcome:
 
 
 class ConsumeApply:
-    """One consume-and-apply run over a started-to-be consumer (see the module's
-    docstring); :meth:`run` starts it, runs, closes it and returns the summary.
+    """One consume-and-apply run (see the module's docstring): :meth:`run` starts the
+    consumer, applies, closes the consumer and returns the summary.
 
     :param consumer: a consumer not yet started (it is started, then closed, by :meth:`run`).
     :param function: called with one record (or a list of them, ``batch``): the dicts of
