@@ -54,6 +54,8 @@ KEEP_ALIVE_S = 0.5
 BATCH_GATHER_S = 0.25
 #: The longest single wait for a delivery, so that a stop request is seen soon.
 READ_SLICE_S = 0.5
+#: At the end of a run, after RDY 0: what nsqd sent before it read it arrives within this.
+DRAIN_S = 0.25
 
 Counted = Literal["applied", "requeued", "dead_lettered", "dead_letter_failed", "exhausted"]
 Timed = Literal["apply_duration", "delay"]
@@ -196,18 +198,37 @@ class ConsumeApply:
         """Start the consumer, apply until the run ends, close the consumer (which REQs
         what was not answered). Raises :class:`NSQPoisonMessageError` when a message past
         ``max_attempts`` could not be set aside, and whatever stopped the run otherwise."""
+        started = False
         try:
             self._budget = self._wanted_budget()
             self.consumer.start(self._budget)
+            started = True
             self.summary.ended = self._loop()
         finally:
             try:
+                if started:
+                    self._drain()
                 self.consumer.close()
             finally:
                 self._thread.stop()
                 if self.dead_letters is not None:
                     self.dead_letters.close()
         return self.summary
+
+    def _drain(self) -> None:
+        """RDY 0, then take in what nsqd sent before it read it, so that ``close()``
+        REQs those too. ``close()`` REQs only what it has read when it sends CLS; a
+        message still on the wire then stays in flight at nsqd, which does not requeue
+        a closed connection's messages, until its msg_timeout (60 s by default). NSQ
+        does not acknowledge RDY: nothing more comes once :data:`DRAIN_S` passed with
+        nothing (the round trip, on any network the task and nsqd share)."""
+        try:
+            self.consumer.set_max_in_flight(0)
+            deadline = time.monotonic() + DRAIN_S * 8
+            while self.consumer.read(DRAIN_S) and time.monotonic() < deadline:
+                pass
+        except Exception as exc:  # the run already ended; close() still REQs what it can
+            log.debug("Could not drain %s/%s before closing: %s", self.topic, self.channel, exc)
 
     # -- the loop ------------------------------------------------------------------------
 
