@@ -22,13 +22,7 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, 
 from ..client.consume_apply import ApplySettings, ConsumeApply, Counted, Timed
 from ..client.dead_letters import DeadLetterPublisher
 from ..client.records import import_callable
-from ..client.setting_values import (
-    Delay,
-    delay_to_ms,
-    duration_to_seconds,
-    is_templated,
-    parse_int,
-)
+from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, is_templated
 from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
@@ -36,6 +30,7 @@ from ..metrics import emitter, task_tags
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
+from ..protocol.value_checks import check_bool, check_int
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -92,13 +87,9 @@ def _count(name: str, value: object) -> int | None:
     """None, an int >= 1, or (rendered from a template) its digits."""
     if value is None:
         return None
-    try:
-        count = parse_int(value)
-    except NSQValueError:
-        count = 0
-    if isinstance(value, bool) or count < 1:
-        raise NSQValueError(f"{name} must be an int >= 1 or None, got {value!r}")
-    return count
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return check_int(value, name, minimum=1)
 
 
 class NSQConsumeOperator(BaseOperator):
@@ -107,7 +98,7 @@ class NSQConsumeOperator(BaseOperator):
 
     The function gets the message's record, the dict the sensor's XCom and the event
     trigger's asset events carry (``id``, ``body`` (text, or base64 when ``body_encoding
-    == "base64"``; :func:`~airflow_provider_nsq.sensors.nsq.decode_record_body` gives the
+    == "base64"``; :func:`~airflow_provider_nsq.client.records.decode_record_body` gives the
     bytes), ``body_encoding``, ``attempts``, ``timestamp``, ``topic``, ``channel``,
     ``nsqd``), or a list of them; as Apache's Kafka operator does, it is called as
     ``function(*apply_function_args, record, **apply_function_kwargs)``.
@@ -208,17 +199,10 @@ class NSQConsumeOperator(BaseOperator):
                 _count(name, value)
         if not is_templated(window):
             duration_to_seconds(window, "window")
-        if not isinstance(max_batch_size, int) or not 1 <= max_batch_size <= DEFAULT_MAX_RDY_COUNT:
-            raise NSQValueError(
-                f"max_batch_size must be an int 1-{DEFAULT_MAX_RDY_COUNT} (nsqd's "
-                f"--max-rdy-count), got {max_batch_size!r}"
-            )
+        # nsqd's --max-rdy-count: one connection holds at most that many messages.
+        check_int(max_batch_size, "max_batch_size", minimum=1, maximum=DEFAULT_MAX_RDY_COUNT)
         _check_dead_letter_topic(dead_letter_topic, topic)
-        if not isinstance(return_apply_function_results, bool):
-            raise NSQValueError(
-                "return_apply_function_results must be True or False, got "
-                f"{return_apply_function_results!r}"
-            )
+        check_bool(return_apply_function_results, "return_apply_function_results")
         self.topic = topic
         self.channel = channel
         self.apply_function = apply_function

@@ -17,9 +17,9 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_nsq import metrics
 from airflow_provider_nsq.client import NSQConnection
+from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
 from airflow_provider_nsq.protocol.errors import NSQPoisonMessageError, NSQValueError
-from airflow_provider_nsq.sensors.nsq import decode_record_body
 from tests.dags import nsq_consume_dags
 
 from .conftest import (
@@ -108,13 +108,13 @@ class Calls:
         ({"topic": "bad topic!"}, "'bad topic!'"),
         ({"channel": "bad channel"}, "'bad channel'"),
         ({"channel": "apply#ephemeral"}, "'apply#ephemeral' is #ephemeral"),
-        ({"max_messages": 0}, "max_messages must be an int >= 1 or None, got 0"),
+        ({"max_messages": 0}, "max_messages must be an int >= 1, got 0"),
         ({"max_messages": "lots"}, "got 'lots'"),
         ({"max_messages": True}, "got True"),
         ({"max_batch_size": 0}, "max_batch_size must be an int 1-2500"),
         ({"max_batch_size": 2501}, "got 2501"),
         ({"window": 0}, "window must be a number of seconds > 0, got 0"),
-        ({"max_attempts": 0}, "max_attempts must be an int >= 1 or None, got 0"),
+        ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
         ({"requeue_delay": -5}, "requeue_delay must not be negative"),
         ({"requeue_delay": 1.5}, "requeue_delay must be a timedelta or whole milliseconds"),
         ({"dead_letter_topic": "events"}, "dead_letter_topic must differ from topic"),
