@@ -52,6 +52,7 @@ class Metric:
 _TASK_TAGS = ("dag_id", "task_id", "topic")
 _SENSOR_TAGS = (*_TASK_TAGS, "channel")
 _EVENT_TAGS = ("topic", "channel")
+_CONSUME_TAGS = _SENSOR_TAGS
 
 
 def _publish_metrics(kind: PublishKind, command: str) -> list[Metric]:
@@ -161,6 +162,52 @@ METRICS: dict[str, Metric] = {
             "gauge",
             "Size of the last XCom value a window pushed (the JSON the database stores).",
             _SENSOR_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.applied",
+            "counter",
+            "NSQConsumeOperator: messages FINished after the apply function returned.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.requeued",
+            "counter",
+            "NSQConsumeOperator: messages REQ'd (with backoff) after the function raised.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.dead_lettered",
+            "counter",
+            "NSQConsumeOperator: messages that failed max_attempts deliveries, published to "
+            "dead_letter_topic, then FINished.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.dead_letter_failed",
+            "counter",
+            "NSQConsumeOperator: dead-letter publishes that failed: the message was REQ'd "
+            "and the task failed.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.exhausted",
+            "counter",
+            "NSQConsumeOperator: messages that failed max_attempts deliveries with no "
+            "dead_letter_topic: REQ'd, and the task failed.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.apply_duration",
+            "timer",
+            "NSQConsumeOperator: milliseconds each call of the apply function took.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.delay",
+            "timer",
+            "NSQConsumeOperator: milliseconds from publish (nsqd's timestamp of the oldest "
+            "message of the call) to its FIN.",
+            _CONSUME_TAGS,
         ),
         Metric(
             f"{PREFIX}.event.received",

@@ -46,7 +46,7 @@ def provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": _modules("hooks.nsq"),
-        "operators": _modules("operators.nsq"),
+        "operators": _modules("operators.nsq", "operators.nsq_consume"),
         "sensors": _modules("sensors.nsq"),
         "triggers": _modules("triggers.nsq", "triggers.nsq_event"),
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).

@@ -13,7 +13,7 @@ nsqadmin played by a small HTTP server here:
   Chromium and Playwright are installed, as the UI shows them in a browser, clicked
   (a screenshot is saved);
 - the ``nsq.*`` metrics with their values and tags, from the task processes and from the
-  triggerer.
+  triggerer (a consume task dead-letters a poison message among them).
 
 One Airflow serves every test of this module, each waiting for the runs it reads
 (``pytest -s`` prints the figures).
@@ -54,6 +54,7 @@ DAG_IDS = (
     "nsq_prod_sensor",
     "nsq_prod_reschedule",
     "nsq_prod_events",
+    "nsq_prod_consume",
 )
 #: DAGs started by an asset event, not by the fixture.
 STARTED_BY_ASSETS = ("nsq_prod_downstream", "nsq_prod_events")
@@ -163,12 +164,16 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
         "sensor": f"prod_sensor_{token}",
         "reschedule": f"prod_resched_{token}",
         "events": f"prod_events_{token}",
+        "consume": f"prod_consume_{token}",
     }
     nsqd.create_channel(topics["sensor"], "etl")
     _publish(nsqd, topics["sensor"], 3)
     nsqd.create_channel(topics["reschedule"], "etl")
     _publish(nsqd, topics["reschedule"], 1)  # min_messages=2: never enough
     nsqd.create_channel(topics["events"], "airflow")
+    nsqd.create_channel(topics["consume"], "apply")
+    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+        conn.multi_publish(topics["consume"], [b"ok", b"poison", b"ok"])
     statsd, admin = StatsDListener(), FakeNSQAdmin()
     admin_q = quote(admin.url, safe="")
     nsq = f"nsq://{nsqd.tcp_address}"
@@ -187,6 +192,7 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
         "NSQ_PROD_RESCHEDULE_TOPIC": topics["reschedule"],
         "NSQ_PROD_EVENTS_TOPIC": topics["events"],
         "NSQ_PROD_RESCHEDULE_TIMEOUT_S": str(RESCHEDULE_TIMEOUT_S),
+        "NSQ_PROD_CONSUME_TOPIC": topics["consume"],
     }
     database = postgres.create_database(f"production_{token}")
     airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env, database)
@@ -203,7 +209,12 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
             return set(DAG_IDS) <= found
 
         wait_until("the DAG processor parsed the DAGs", parsed, 240, interval=1)
-        for dag_id in ("nsq_prod_publish", "nsq_prod_publish_error", "nsq_prod_sensor"):
+        for dag_id in (
+            "nsq_prod_publish",
+            "nsq_prod_publish_error",
+            "nsq_prod_sensor",
+            "nsq_prod_consume",
+        ):
             run = airflow.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
             result.runs[dag_id] = run["dag_run_id"]
         run = airflow.api(
@@ -426,6 +437,14 @@ def test_the_metrics_reach_statsd_with_their_values(production):
     delays = statsd.values("airflow.nsq.event.delay", **events)
     assert delays and all(0 < d < 120_000 for d in delays)  # milliseconds
 
+    consume = {"dag_id": "nsq_prod_consume", "topic": topics["consume"], "channel": "apply"}
+    assert statsd.total("airflow.nsq.consume.applied", task_id="apply", **consume) == 2
+    assert statsd.total("airflow.nsq.consume.requeued", **consume) == 1  # poison, delivery 1
+    assert statsd.total("airflow.nsq.consume.dead_lettered", **consume) == 1  # delivery 2
+    assert len(statsd.values("airflow.nsq.consume.apply_duration", **consume)) == 4
+    delays = statsd.values("airflow.nsq.consume.delay", **consume)
+    assert len(delays) == 2 and all(0 < d < 300_000 for d in delays)  # milliseconds
+
     by_name: dict[str, float] = defaultdict(float)
     for name, _, value, kind in statsd.samples("airflow.nsq."):
         if kind == "c":
@@ -444,9 +463,12 @@ def test_every_metric_sent_is_a_documented_one(production):
 
     sent = {name.removeprefix("airflow.") for name, *_ in production.statsd.samples("airflow.nsq.")}
     assert sent <= set(METRICS)
-    # This run has no filter, no dead-letter topic, no failed store and no deferred sensor
+    # This run has no filter, no dead-letter topic for events, no failed store, no poison
+    # message without a dead-letter topic and no deferred sensor
     # (test_high_availability_e2e.py has those).
     unused = {
+        "nsq.consume.dead_letter_failed",
+        "nsq.consume.exhausted",
         "nsq.sensor.window.filtered",
         "nsq.event.requeued",
         "nsq.event.dead_lettered",
