@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed-stamp
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
-.PHONY: install test lint typecheck pytest docs matrix-ci compat dist demo bench clean
+.PHONY: install check test lint typecheck pytest docs matrix-ci compat dist demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,10 +28,14 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest
 
-# CI: the checks, the whole suite on the pinned (newest) Airflow, and the matrix sessions
-# tagged "ci" (noxfile.py): the wheel from `make dist` beside the oldest supported Airflow
-# (the Airflow-layer tests), and the Spark tests on the oldest and the newest PySpark.
-test: lint typecheck docs pytest matrix-ci
+# The everyday path: the checks, the docs site and the whole suite on the pinned (newest)
+# Airflow; no version matrix, no release build.
+check: lint typecheck docs pytest
+
+# CI (.ci/run): `make check`, then the matrix sessions tagged "ci" (noxfile.py): the wheel
+# from `make dist` beside the oldest supported Airflow (the Airflow-layer tests), and the
+# Spark tests on the oldest and the newest PySpark.
+test: check matrix-ci
 
 # The documentation site, built strictly: a broken link or anchor, a missing reference or
 # a docstring warning fails it. Open site/index.html, or serve it with `mkdocs serve`.
