@@ -20,7 +20,7 @@ from airflow_provider_nsq.protocol import (
     NSQTimeoutError,
     NSQValueError,
 )
-from tests.client.drivers import DRIVERS, make_driver
+from tests.client.drivers import DRIVERS, make_consumer, make_driver
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
 
 pytestmark = pytest.mark.parametrize("kind", DRIVERS)
@@ -310,19 +310,17 @@ def test_manual_window_hands_back_messages_and_close_requeues_the_rest(kind) -> 
         assert peer.read_command()[0] == "RDY 2"
         peer.send_message(b"000000000000000a", b"one")
         peer.send_message(b"000000000000000b", b"two")
-        assert peer.read_command()[0] == "CLS"
-        peer.send_response(b"CLOSE_WAIT")
         while True:
-            peer.read_command()
+            if peer.read_command()[0] == "CLS":
+                peer.send_response(b"CLOSE_WAIT")
 
     with ScriptedNSQD(script) as server:
-        conn = make_driver(kind, config(server))
-        conn.connect()
-        got = conn.consume("t", "c", max_messages=2, timeout=5, ack="manual")
+        consumer = make_consumer(kind, "t", "c", config(server))
+        got = consumer.consume(max_messages=2, timeout=5, ack="manual")
         assert [m.body for m in got] == [b"one", b"two"]
         got[0].finish()
         got[0].finish()  # idempotent
-        conn.close()
+        consumer.close()
         server.done.wait(5)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -330,4 +328,5 @@ def test_manual_window_hands_back_messages_and_close_requeues_the_rest(kind) -> 
         if "REQ 000000000000000b 0" in lines:
             break
         time.sleep(0.01)
-    assert lines[-2:] == ["FIN 000000000000000a", "REQ 000000000000000b 0"]
+    answers = [line for line in lines if line.startswith(("FIN", "REQ"))]
+    assert answers == ["FIN 000000000000000a", "REQ 000000000000000b 0"]
