@@ -12,7 +12,6 @@ for it; anything else goes through the full dispatch. The socket's waits are bou
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 import time
 from collections import deque
@@ -27,7 +26,7 @@ from ..protocol.errors import (
     NSQTimeoutError,
 )
 from .answering import AnsweringDriver
-from .blocking_socket import BlockingSocket
+from .blocking_socket import BlockingSocket, connect_tcp
 from .config import ClientConfig
 from .driver import CLOSED_STATES, mpub_failed, queue_mpub
 from .io_errors import describe_tls_error, map_exceptions
@@ -216,9 +215,8 @@ class NSQConnection(BlockingIO):
         cfg = self.config
         deadline = time.monotonic() + cfg.connect_timeout
         with map_exceptions(self._peer, "connect to", cfg.connect_timeout):
-            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
+            sock = connect_tcp(cfg.host, cfg.port, cfg.connect_timeout)
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._io = BlockingSocket(sock)
             core = self._new_core()
             core.initiate()

@@ -37,6 +37,34 @@ def _timeval(seconds: float) -> bytes:
     return _TIMEVAL.pack(whole, micros or (0 if whole else 1))  # 0 would mean "forever"
 
 
+def connect_tcp(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection to ``host``:``port`` opened within ``timeout`` seconds, with
+    Nagle off: ``socket.create_connection``, except that an IP address goes straight to
+    ``connect`` (the resolver's call and its enum conversions cost a tenth of a
+    loopback handshake)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect((host, port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    sock = socket.create_connection((host, port), timeout=timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class BlockingSocket:
     """``sock``, connected, with the buffer it reads into (:attr:`buffer`, :attr:`view`).
 

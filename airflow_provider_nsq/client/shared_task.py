@@ -28,10 +28,8 @@ class SharedTask:
         self._start = start
         self._stopped = stopped
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None
+        #: A run is under way (an attribute, not a property: publishers read it per call).
+        self.running = False
 
     async def join(self) -> None:
         """Start the run, or join the one under way, and wait for it to end; raises what
@@ -40,6 +38,7 @@ class SharedTask:
         if task is None:
             task = self._task = asyncio.ensure_future(self._start())
             task.add_done_callback(self._done)
+            self.running = True
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -59,5 +58,6 @@ class SharedTask:
     def _done(self, task: asyncio.Task[None]) -> None:
         if self._task is task:
             self._task = None
+            self.running = False
         if not task.cancelled():
             task.exception()  # every waiter got it; do not log it as never retrieved

@@ -171,6 +171,24 @@ def test_pointing_at_nsqds_http_port_says_so(kind) -> None:
         conn.close()
 
 
+def test_an_http_proxy_answering_is_reported_as_seen_not_blamed_on_nsqd(kind) -> None:
+    def proxy(peer: Peer) -> None:
+        peer.expect_magic()
+        peer.send(b"HTTP/1.1 502 Bad Gateway\r\nServer: envoy\r\nContent-Length: 0\r\n\r\n")
+        peer.close()
+
+    with ScriptedNSQD(proxy) as server:
+        conn = make_driver(kind, config(server))
+        with pytest.raises(NSQProtocolError) as info:
+            conn.connect()
+        conn.close()
+    text = str(info.value)
+    assert "got an HTTP response where NSQ frames were expected" in text
+    assert "(HTTP/1.1 502 Bad Gateway; Server: envoy)" in text
+    assert "nsqd's HTTP port (4151 by default) or an HTTP proxy?" in text
+    assert "this address is nsqd's HTTP port" not in text  # a hint, not a verdict
+
+
 def test_oversized_frame_is_a_protocol_error_not_an_allocation(kind) -> None:
     def script(peer: Peer) -> None:
         peer.handshake()
