@@ -120,7 +120,8 @@ class AsyncioIO(AnsweringDriver):
 
     def _on_read(self, buffer: bytearray, view: memoryview, nbytes: int) -> None:
         core = self._core
-        if core is not None and core.take_ok(buffer, nbytes):  # the usual read
+        # An OK and nothing else, the usual read of a publisher (10 bytes).
+        if nbytes == 10 and core is not None and core.take_ok(buffer, nbytes):
             self._reply_arrived(OK)
             return
         self._on_data(view[:nbytes])
@@ -317,8 +318,9 @@ class AsyncNSQConnection(AsyncioIO):
         await self._connecting.stop()
         self._requeue_unanswered()
         transport = self._transport
+        buffered = transport is not None and transport.get_write_buffer_size() > 0
         self._teardown()
-        if transport is not None:
+        if buffered:
             await asyncio.sleep(0)  # let the transport write what is buffered
 
     # -- publishing ----------------------------------------------------------------

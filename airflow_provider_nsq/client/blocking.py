@@ -167,7 +167,9 @@ class BlockingIO(AnsweringDriver):
             n = 0  # reset: same as EOF after whatever was already read
         if n < 0:
             return False
-        if n and core.take_ok(io.buffer, n):  # a reply, and nothing else: the usual read
+        # A reply and nothing else, the usual read of a publisher (an OK frame is 10
+        # bytes: a consumer's reads skip the call).
+        if n == 10 and core.take_ok(io.buffer, n):
             self._replies.append(OK)
             return True
         self._receive(io.view[:n] if n else b"")
