@@ -358,6 +358,13 @@ class Server:
             return
         from urllib.request import Request, urlopen
 
+        # A client may use topics of its own beside the workload's (``<name>_<suffix>``).
+        with contextlib.suppress(OSError, ValueError):
+            url = f"http://{self.http_address}/stats?format=json"
+            with urlopen(url, timeout=5) as answer:
+                stats = json.loads(answer.read())
+            topics = [t["topic_name"] for t in stats.get("topics", [])]
+            names = [t for t in topics if any(t == n or t.startswith(n + "_") for n in names)]
         for name in names:
             with contextlib.suppress(OSError):
                 url = f"http://{self.http_address}/topic/delete?topic={name}"

@@ -122,7 +122,9 @@ class AsyncioIO(AnsweringDriver):
         core = self._core
         # An OK and nothing else, the usual read of a publisher (10 bytes).
         if nbytes == 10 and core is not None and core.take_ok(buffer, nbytes):
-            self._reply_arrived(OK)
+            replies = self._replies
+            if replies is not None:
+                replies.arrived(OK)
             return
         self._on_data(view[:nbytes])
 

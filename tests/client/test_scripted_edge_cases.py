@@ -158,34 +158,33 @@ def test_frames_split_into_single_bytes_are_reassembled(kind) -> None:
         ]
 
 
-def test_pointing_at_nsqds_http_port_says_so(kind) -> None:
+@pytest.mark.parametrize(
+    "response, seen",
+    [
+        # nsqd's own HTTP port (what a mistyped port usually is)
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "(HTTP/1.1 400 Bad Request)"),
+        # an HTTP proxy in front of it: reported as seen, not blamed on nsqd
+        (
+            b"HTTP/1.1 502 Bad Gateway\r\nServer: envoy\r\nContent-Length: 0\r\n\r\n",
+            "(HTTP/1.1 502 Bad Gateway; Server: envoy)",
+        ),
+    ],
+)
+def test_an_http_answer_is_quoted_and_its_source_asked(kind, response, seen) -> None:
     def http(peer: Peer) -> None:
         peer.expect_magic()
-        peer.send(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        peer.send(response)
         peer.close()
 
     with ScriptedNSQD(http) as server:
-        conn = make_driver(kind, config(server))
-        with pytest.raises(NSQProtocolError, match="HTTP port"):
-            conn.connect()
-        conn.close()
-
-
-def test_an_http_proxy_answering_is_reported_as_seen_not_blamed_on_nsqd(kind) -> None:
-    def proxy(peer: Peer) -> None:
-        peer.expect_magic()
-        peer.send(b"HTTP/1.1 502 Bad Gateway\r\nServer: envoy\r\nContent-Length: 0\r\n\r\n")
-        peer.close()
-
-    with ScriptedNSQD(proxy) as server:
         conn = make_driver(kind, config(server))
         with pytest.raises(NSQProtocolError) as info:
             conn.connect()
         conn.close()
     text = str(info.value)
-    assert "got an HTTP response where NSQ frames were expected" in text
-    assert "(HTTP/1.1 502 Bad Gateway; Server: envoy)" in text
-    assert "nsqd's HTTP port (4151 by default) or an HTTP proxy?" in text
+    assert f"got an HTTP response where NSQ frames were expected {seen}" in text
+    assert "is this nsqd's HTTP port (4151 by default) or an HTTP proxy?" in text
+    assert "TCP port (4150 by default)" in text
     assert "this address is nsqd's HTTP port" not in text  # a hint, not a verdict
 
 
