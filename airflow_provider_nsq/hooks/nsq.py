@@ -29,7 +29,6 @@ from ..client.consumer import NSQConsumer
 from ..client.message import NSQMessage
 from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
 from ..client.producer import NSQProducer
-from ..client.setting_fields import EXTRA
 from ..client.setting_values import Delay, Duration, delay_to_ms, duration_to_seconds
 from ..client.window import AckMode
 from ..protocol.commands import check_delay_ms, encode_topic
@@ -40,7 +39,7 @@ from ..protocol.errors import (
     NSQSettingError,
     NSQValueError,
 )
-from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from .connection_form import CONN_FIELDS, CONN_TYPE, CONNECTION_EXTRAS, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Connection
@@ -58,7 +57,8 @@ class NSQConnectionConfigError(NSQValueError):
 def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ConnectionSettings:
     """What an ``nsq`` Connection says: host, port, password (the AUTH secret) and the
     extras, read by the settings model (:class:`ConnectionSettings`) as every other
-    source of settings is. Extras prefixed ``extra__nsq__`` (older forms) are read
+    source of settings is, the extras through
+    :data:`~.connection_form.CONNECTION_EXTRAS` (the source the form is built from). Extras prefixed ``extra__nsq__`` (older forms) are read
     too; blank ones mean "not set". Errors name the field, never show the secret, and
     for an unknown extra never show its value (a secret pasted into the wrong field).
 
@@ -76,7 +76,7 @@ def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> Con
     if conn.port is not None:
         fixed["port"] = conn.port  # else the client's default, nsqd's 4150
     try:
-        return ConnectionSettings.read(given, EXTRA, **fixed)
+        return ConnectionSettings.read(given, CONNECTION_EXTRAS, **fixed)
     except NSQSettingError as exc:
         what = f"extra {exc.setting!r}" if exc.setting in given else exc.setting
         raise NSQConnectionConfigError(
@@ -238,11 +238,26 @@ class NSQHook(BaseHook):
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """What ``channel`` holds, from nsqd's ``/stats`` (every producer nsqlookupd
         lists, or the connection's nsqd on its ``http_port``); no message is taken.
-        None when no HTTP API is known (see :mod:`~..client.channel_depth`)."""
+
+        A durable channel that does not exist yet is **created** there, its topic first
+        (``POST /topic/create``, then ``/channel/create``), as a ``SUB`` would: every
+        message published to the topic from then on waits on the channel for the next
+        check (the sensor's next poke). Without it, nsqd would give the topic's messages
+        to its other channels only, and the depth read here would stay 0 while they
+        pass. So a channel only ever checked keeps what is published until it is
+        consumed: delete it (nsqd's ``POST /channel/delete``) when nothing reads it any
+        more. ``#ephemeral`` channels are never created.
+
+        :param topic: the topic name.
+        :param channel: the channel name.
+        :return: the channel's depth; None when no HTTP API is known (nothing is created
+            then; see :mod:`~airflow_provider_nsq.client.channel_depth`).
+        """
         return ChannelDepthReader(self.get_settings()).read(topic, channel)
 
     async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
-        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once)."""
+        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once):
+        creates a missing durable channel the same way."""
         return await ChannelDepthReader(await self.aget_settings()).aread(topic, channel)
 
     # -- connections ---------------------------------------------------------------

@@ -36,11 +36,12 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..client import AsyncNSQConsumer, NSQMessage
-from ..client.backoff import Backoff
+from ..client.backoff import Backoff, nsqd_unreachable, reconnect_backoff
 from ..client.nsqd_http import HTTP_UNREADABLE
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
-from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
+from ..protocol.errors import NSQError
+from ..protocol.value_checks import is_number
 from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
@@ -54,9 +55,6 @@ TCP_MAX_INTERVAL_S = 120.0
 #: A peek holds messages at most this share of nsqd's msg_timeout: they must be handed
 #: back before nsqd times them out (which would count as a redelivery anyway).
 HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
-#: Reconnect backoff after a dropped TCP connection: first and longest wait, seconds.
-_RECONNECT_START_S = 1.0
-_RECONNECT_MAX_S = 30.0
 #: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
 _METRICS = emitter("triggerer")
 
@@ -70,7 +68,7 @@ def deadline_epoch(value: object) -> float | None:
     """The deadline back from :func:`deadline_iso`'s text (or a number); None if absent."""
     if isinstance(value, str) and value:
         return datetime.datetime.fromisoformat(value).timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return float(value)
     return None
 
@@ -84,11 +82,14 @@ class NSQMessageTrigger(BaseTrigger):
     - ``{"status": "ready", "topic", "channel", "ready": N, "checked_by": "http"|"tcp",
       "deadline"}``: at least ``min_messages`` were ready when checked;
     - ``{"status": "timeout", "topic", "channel", "ready": N, "deadline"}``: the deadline
-      passed first (``ready`` is the last count seen, or None);
+      passed first (``ready`` is the last count seen, or None); with ``"unreachable"``
+      (why) when the last check could not reach nsqd;
     - ``{"status": "error", "message": ...}``: nsqd refused the subscription (bad name,
       AUTH), TLS cannot be set up, or the connection's settings are invalid.
 
-    A refused or dropped connection is retried with backoff (nsqd may be restarting).
+    An nsqd that cannot be reached (connection refused, dropped or timed out) is tried
+    again, with the reconnect backoff (:func:`~..client.backoff.reconnect_backoff`: 1 s
+    doubling to 60 s, full jitter), until the deadline: nsqd may be restarting.
 
     :param topic: the topic name.
     :param channel: the channel name (a durable one: see the sensor's docs).
@@ -153,39 +154,33 @@ class NSQMessageTrigger(BaseTrigger):
             "http": Backoff(first, max(HTTP_MAX_INTERVAL_S, first), HTTP_BACKOFF),
             "tcp": Backoff(first, max(TCP_MAX_INTERVAL_S, first), TCP_BACKOFF),
         }
-        reconnect = Backoff(_RECONNECT_START_S, _RECONNECT_MAX_S)
+        reconnect = reconnect_backoff()
         last_ready: int | None = None
+        unreachable: str | None = None  # why the last check could not reach nsqd
         while True:
             remaining = self._remaining()
             if remaining is not None and remaining <= 0:
                 self.log.info(
-                    "Deadline passed: %s of %s message(s) ready on %s/%s",
+                    "Deadline passed: %s of %s message(s) ready on %s/%s%s",
                     last_ready,
                     self.min_messages,
                     self.topic,
                     self.channel,
+                    "" if unreachable is None else f"; nsqd could not be reached ({unreachable})",
                 )
-                yield self._event("timeout", ready=last_ready)
+                extra = {} if unreachable is None else {"unreachable": unreachable}
+                yield self._event("timeout", ready=last_ready, **extra)
                 return
             try:
                 last_ready, checked_by = await self._check(hook, remaining)
-            except (NSQConnectionError, NSQTimeoutError) as exc:
-                if isinstance(exc, NSQTLSError):  # a settings problem: retrying will not fix it
+            except NSQError as exc:
+                if not nsqd_unreachable(exc):  # refused SUB or AUTH, TLS: retrying cannot fix
                     yield TriggerEvent({"status": "error", "message": str(exc)})
                     return
-                wait = reconnect.next()
-                self.log.warning(
-                    "NSQ connection lost while waiting on %s/%s (%s); retrying in %gs",
-                    self.topic,
-                    self.channel,
-                    exc,
-                    wait,
-                )
-                await self._sleep(wait)
+                unreachable = str(exc)
+                await self._retry(reconnect.next(), exc)
                 continue
-            except NSQError as exc:
-                yield TriggerEvent({"status": "error", "message": str(exc)})
-                return
+            unreachable = None
             reconnect.reset()
             _METRICS.incr(f"nsq.sensor.checks.{checked_by}", topic=self.topic, channel=self.channel)
             if checked_by == "http":
@@ -210,22 +205,25 @@ class NSQMessageTrigger(BaseTrigger):
 
     async def _pause(self, seconds: float, ready: int, checked_by: str) -> None:
         """Wait before the next check (longer after each short one)."""
-        self.log.info(
-            "%s of %s message(s) ready on %s/%s (checked by %s); next check in %gs",
-            ready,
-            self.min_messages,
-            self.topic,
-            self.channel,
-            checked_by,
-            seconds,
-        )
-        await self._sleep(seconds)
+        seen = f"{ready} of {self.min_messages} message(s) ready on {self.topic}/{self.channel}"
+        await self._wait_for_next_check(seconds, f"{seen} (checked by {checked_by})", "info")
 
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep, but never past the deadline."""
+    async def _retry(self, seconds: float, exc: NSQError) -> None:
+        """Wait before trying an nsqd that could not be reached again."""
+        why = f"nsqd cannot be reached for {self.topic}/{self.channel} ({exc})"
+        await self._wait_for_next_check(seconds, why, "warning")
+
+    async def _wait_for_next_check(self, seconds: float, what: str, level: str) -> None:
+        """Log ``what`` and when the next check comes, then wait for it; past the deadline
+        it never comes, and the log says so instead (the loop then fires the timeout)."""
         remaining = self._remaining()
-        if remaining is not None:
-            seconds = min(seconds, max(remaining, 0.0))
+        log = getattr(self.log, level)
+        if remaining is not None and seconds >= remaining:
+            remaining = max(remaining, 0.0)
+            log("%s; no next check: the deadline is in %.1fs", what, remaining)
+            await asyncio.sleep(remaining)
+            return
+        log("%s; next check in %.1fs", what, seconds)
         await asyncio.sleep(seconds)
 
     async def _check(self, hook: NSQHook, remaining: float | None) -> tuple[int, str]:
