@@ -3,6 +3,7 @@ consume figures as ratios to the plain-socket floor, to Go's own tools and to it
 
     python benchmarks/wire_limit.py --before DIR [--rounds N] [--keep-awake]
                                     [--go-bench DIR] [--json PATH] [--svg PATH] [--quick]
+    python benchmarks/wire_limit.py --replot PATH [--svg PATH]
 
 ``DIR`` is another checkout of the project (the code before a change); this checkout is
 "after". Each round runs ``throughput.py`` once for each tree (clients: blocking, hook,
@@ -15,7 +16,7 @@ default; ``NSQD_ADDRESS`` (and ``NSQD_HTTP_ADDRESS``, ``NSQD_PID``) for a real n
 
 Prints the table (Markdown) with each row's target, writes every run's figures as JSON
 (``--json``) and the table as a bar chart (``--svg``: an SVG written here, no plotting
-library needed).
+library needed). ``--replot`` prints and draws a saved ``--json`` again.
 """
 
 from __future__ import annotations
@@ -170,13 +171,13 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def svg(summary: dict[str, Any]) -> str:
+def svg(summary: dict[str, Any], caption: str = "") -> str:
     """The rows as horizontal bars, before (grey) and after (blue), each with its target
     (a dashed line). Hand-written SVG: a few rectangles need no plotting library."""
     rows = [r for r in summary["rows"] if r["before"] is not None or r["after"] is not None]
     label_w, plot_w, bar_h, gap, top = 330, 360, 12, 14, 40
     scale_max = max(1.6, *(r[t] or 0 for r in rows for t in TREES), *(r["target"] for r in rows))
-    height = top + len(rows) * (2 * bar_h + gap) + 30
+    height = top + len(rows) * (2 * bar_h + gap) + 30 + (16 if caption else 0)
 
     def x(value: float) -> float:
         return label_w + plot_w * value / scale_max
@@ -198,8 +199,9 @@ def svg(summary: dict[str, Any]) -> str:
         value = tick / 2
         out.append(
             f'<line x1="{x(value):.1f}" y1="{top - 4}" x2="{x(value):.1f}" '
-            f'y2="{height - 26}" stroke="#eeeeee"/>'
-            f'<text x="{x(value):.1f}" y="{height - 12}" text-anchor="middle">{value:g}</text>'
+            f'y2="{height - 26 - (16 if caption else 0)}" stroke="#eeeeee"/>'
+            f'<text x="{x(value):.1f}" y="{height - 12 - (16 if caption else 0)}" '
+            f'text-anchor="middle">{value:g}</text>'
         )
     for i, r in enumerate(rows):
         y0 = top + i * (2 * bar_h + gap)
@@ -221,6 +223,8 @@ def svg(summary: dict[str, Any]) -> str:
             f'<line x1="{x(r["target"]):.1f}" y1="{y0 - 2}" x2="{x(r["target"]):.1f}" '
             f'y2="{y0 + 2 * bar_h}" stroke="#d62728" stroke-dasharray="4,3"/>'
         )
+    if caption:
+        out.append(f'<text x="8" y="{height - 6}" font-size="10">{_escape(caption)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -234,14 +238,34 @@ def main(argv: list[str] | None = None) -> int:
         description=(__doc__ or "").splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--before", required=True, metavar="DIR", help="the checkout before")
+    parser.add_argument("--before", metavar="DIR", help="the checkout before")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tree (default 3)")
     parser.add_argument("--keep-awake", action="store_true", help="see throughput.py")
     parser.add_argument("--go-bench", metavar="DIR", help="nsq's bench_writer, bench_reader")
     parser.add_argument("--json", metavar="PATH", help="write every run and the summary")
     parser.add_argument("--svg", metavar="PATH", help="write the table as a bar chart")
     parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke run")
+    parser.add_argument("--replot", metavar="PATH", help="a saved --json: print and draw it")
     args = parser.parse_args(argv)
+    if args.replot:
+        runs = json.loads(Path(args.replot).read_text())["runs"]
+    elif args.before:
+        runs = measure(args)
+    else:
+        parser.error("--before DIR (or --replot PATH) is needed")
+    summary = summarise(runs)
+    caption = describe(runs)
+    print(f"\n{caption}")
+    print(markdown(summary))
+    if args.json and not args.replot:
+        Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+    if args.svg:
+        Path(args.svg).write_text(svg(summary, caption))
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """Every round's run of each tree, the trees' order alternating."""
     before = str(Path(args.before).resolve())
     clients = "blocking,hook,asyncio,plain-socket" + (",go" if args.go_bench else "")
     runs: dict[str, list[dict[str, Any]]] = {tree: [] for tree in TREES}
@@ -250,21 +274,19 @@ def main(argv: list[str] | None = None) -> int:
             order = TREES if index % 2 == 0 else TREES[::-1]
             for tree in order:
                 runs[tree].append(run_round(tree, before, args, clients, Path(tmp), index))
-    summary = summarise(runs)
+    return runs
+
+
+def describe(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """Where and when: the server, the rounds, the commits, the load, --keep-awake."""
     first = runs["after"][0]
     loads = [run["machine"]["load_average_1m"] for tree in TREES for run in runs[tree]]
-    print(
-        f"\n{first['server']}; {args.rounds} rounds per tree; before: "
-        f"{runs['before'][0].get('commit')} ({before}), after: {first.get('commit')}; "
-        f"load average {min(loads):.1f}-{max(loads):.1f}"
-        + ("; --keep-awake" if args.keep_awake else "")
+    return (
+        f"{first['server'].split(' (')[0]}; {len(runs['after'])} rounds per tree; before "
+        f"{runs['before'][0].get('commit')}, after {first.get('commit')}; load average "
+        f"{min(loads):.1f}-{max(loads):.1f} on {first['machine']['nproc']} cores"
+        + ("; --keep-awake" if first.get("keep_awake") else "")
     )
-    print(markdown(summary))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
-    if args.svg:
-        Path(args.svg).write_text(svg(summary))
-    return 0
 
 
 if __name__ == "__main__":
