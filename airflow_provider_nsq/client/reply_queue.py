@@ -8,14 +8,17 @@ goes to its own command.
 
 A wait ends with :class:`NSQTimeoutError` once ``timeout`` seconds pass with no reply
 and no byte of the output taken by nsqd (a large body still draining is progress; a
-server that stopped reading is not). One timer per connection does it, armed while
-commands wait and re-armed when it fires after progress: a command costs no timer of
-its own (no ``call_later`` and ``cancel`` per command).
+server that stopped reading is not): counted from when the oldest command began to
+wait, or from the last reply or output progress since. One timer per connection does
+it, armed while commands wait and re-armed when it fires early: a command costs no
+timer of its own (no ``call_later`` and ``cancel`` per command), only a clock reading
+when it is the only one waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -49,8 +52,8 @@ class ReplyQueue:
         self._on_overdue = on_overdue
         self._waiters: deque[asyncio.Future[bytes]] = deque()
         self._timer: asyncio.TimerHandle | None = None
-        self._armed_for: asyncio.Future[bytes] | None = None  # the oldest wait, when armed
-        self._armed_sent = 0  # the output taken by then
+        self._since = 0.0  # when the oldest command began to wait, or nsqd last progressed
+        self._armed_sent = 0  # the output taken when the timer was armed
         #: Bytes handed to the transport on this connection.
         self.written = 0
 
@@ -58,17 +61,22 @@ class ReplyQueue:
         """A future for the reply to the command just written (call it after the write:
         the output it took counts as sent)."""
         waiter = self._loop.create_future()
+        if not self._waiters:
+            self._since = time.monotonic()
         self._waiters.append(waiter)
         if self._timer is None:
-            self._arm()
+            self._arm(self._timeout)
         return waiter
 
     def arrived(self, data: bytes) -> None:
         """nsqd answered the oldest command."""
-        if self._waiters:
-            waiter = self._waiters.popleft()
+        waiters = self._waiters
+        if waiters:
+            waiter = waiters.popleft()
             if not waiter.done():  # a cancelled caller still consumes its reply
                 waiter.set_result(data)
+            if waiters:
+                self._since = time.monotonic()  # a reply is progress: the next one's wait
 
     def fail_oldest(self, error: NSQError) -> None:
         """The oldest command gets ``error`` (nsqd refused it)."""
@@ -92,21 +100,26 @@ class ReplyQueue:
                 return waiter
         return None
 
-    def _arm(self) -> None:
-        self._armed_for = self._oldest()
+    def _arm(self, delay: float) -> None:
         self._armed_sent = self._sent()
-        self._timer = self._loop.call_later(self._timeout, self._expired)
+        self._timer = self._loop.call_later(delay, self._expired)
 
     def _expired(self) -> None:
-        """``timeout`` passed since the timer was armed: re-arm it if a reply came or
-        nsqd took more output meanwhile, else fail the oldest wait."""
+        """The timer fired: re-arm it if the oldest wait is younger than ``timeout`` or
+        nsqd took more output meanwhile, else fail that wait."""
         self._timer = None
         waiter = self._oldest()
         if waiter is None:
             return  # nobody waits; the next command arms it again
+        now = time.monotonic()
+        waited = now - self._since
+        if waited < self._timeout:
+            self._arm(self._timeout - waited)
+            return
         sent = self._sent()
-        if waiter is not self._armed_for or sent > self._armed_sent:
-            self._arm()
+        if sent > self._armed_sent:
+            self._since = now
+            self._arm(self._timeout)
             return
         unsent = self.written - sent
         if unsent:
