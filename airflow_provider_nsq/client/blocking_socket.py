@@ -42,6 +42,19 @@ def connect_tcp(host: str, port: int, timeout: float) -> socket.socket:
     Nagle off: ``socket.create_connection``, except that an IP address goes straight to
     ``connect`` (the resolver's call and its enum conversions cost a tenth of a
     loopback handshake)."""
+    sock = _connect_ip(host, port, timeout)
+    if sock is None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _connect_ip(host: str, port: int, timeout: float) -> socket.socket | None:
+    """The connection to an IPv4 or IPv6 address; None when ``host`` is a name."""
     for family in (socket.AF_INET, socket.AF_INET6):
         try:
             socket.inet_pton(family, host)
@@ -51,26 +64,19 @@ def connect_tcp(host: str, port: int, timeout: float) -> socket.socket:
         try:
             sock.settimeout(timeout)
             sock.connect((host, port))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except BaseException:
             sock.close()
             raise
         return sock
-    sock = socket.create_connection((host, port), timeout=timeout)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return None
 
 
 class BlockingSocket:
     """``sock``, connected, with the buffer it reads into (:attr:`buffer`, :attr:`view`).
 
-    Every wait is bounded by the timeout its call gives; none raises for a timeout
-    (:meth:`recv` returns -1, :meth:`send_all` raises :class:`TimeoutError` saying how
-    much was left in :attr:`unsent`). Other socket and TLS errors propagate.
+    Every wait is bounded by the timeout its call gives: a receive that times out
+    returns -1, a send that makes no progress raises :class:`TimeoutError` (what was
+    left is in :attr:`unsent`). Other socket and TLS errors propagate.
     """
 
     __slots__ = (
