@@ -1,7 +1,7 @@
 """Before/after table of the client against the wire limit: its publish, connect and
 consume figures as ratios to the plain-socket floor, to Go's own tools and to itself.
 
-    python benchmarks/wire_limit.py --before DIR [--rounds N] [--keep-awake]
+    python benchmarks/wire_limit.py --before DIR [--rounds N] [--count N] [--keep-awake]
                                     [--go-bench DIR] [--json PATH] [--svg PATH] [--quick]
     python benchmarks/wire_limit.py --replot PATH [--svg PATH]
 
@@ -95,6 +95,8 @@ def run_round(
         cmd += ["--go-bench", args.go_bench]
     if args.quick:
         cmd.append("--quick")
+    if args.count:
+        cmd += ["--count", str(args.count)]
     print(f"round {index + 1}, {tree}: {' '.join(cmd[1:])}", flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
@@ -240,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--before", metavar="DIR", help="the checkout before")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each tree (default 3)")
+    parser.add_argument(
+        "--count", type=int, help="messages per PUB/MPUB/consume run (see throughput.py)"
+    )
     parser.add_argument("--keep-awake", action="store_true", help="see throughput.py")
     parser.add_argument("--go-bench", metavar="DIR", help="nsq's bench_writer, bench_reader")
     parser.add_argument("--json", metavar="PATH", help="write every run and the summary")
