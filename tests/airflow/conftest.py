@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQMessage
+from airflow_provider_nsq.client import ClientConfig, NSQConsumer, NSQMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_DAGS = ROOT / "tests" / "dags"
@@ -75,8 +75,8 @@ def client_config(nsqd, **changes: Any) -> ClientConfig:
 
 def read(nsqd, topic: str, channel: str, count: int, timeout: float = 10.0) -> list[NSQMessage]:
     """What a plain consumer gets: one window of up to ``count`` messages, FIN'd."""
-    with NSQConnection(client_config(nsqd)) as conn:
-        return conn.consume(topic, channel, max_messages=count, timeout=timeout, ack="fin")
+    with NSQConsumer(topic, channel, config=client_config(nsqd)) as consumer:
+        return consumer.consume(max_messages=count, timeout=timeout, ack="fin")
 
 
 def channel_is_empty(nsqd, topic: str, channel: str) -> bool:

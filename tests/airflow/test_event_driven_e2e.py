@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 
 from .conftest import EXAMPLE_DAGS
@@ -309,10 +309,9 @@ def test_every_message_was_processed_once_after_deduplication(scenario):
         for _, p, _ in events
         for r in p["messages"]
     }
-    with NSQConnection(ClientConfig(host=scenario.nsqd.host, port=scenario.nsqd.tcp_port)) as conn:
-        results = conn.consume(
-            scenario.results_topic, "check", max_messages=len(by_key) * 2, timeout=10
-        )
+    config = ClientConfig(host=scenario.nsqd.host, port=scenario.nsqd.tcp_port)
+    with NSQConsumer(scenario.results_topic, "check", config=config) as consumer:
+        results = consumer.consume(max_messages=len(by_key) * 2, timeout=10)
     keys = [(r["nsqd"], r["id"]) for r in (json.loads(m.body) for m in results)]
     processed = Counter(by_key[k] for k in set(keys))
     assert set(processed) == every and set(processed.values()) == {1}, processed

@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from airflow_provider_nsq.sensors.tcp_backoff import tcp_pause
 
 from .real_airflow import RealAirflow, utc_timestamp, wait_until
@@ -389,8 +389,9 @@ def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
 
 
 def _read(nsqd, topic: str, channel: str, count: int):
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-        return conn.consume(topic, channel, max_messages=count, timeout=5)
+    config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
+    with NSQConsumer(topic, channel, config=config) as consumer:
+        return consumer.consume(max_messages=count, timeout=5)
 
 
 # -- 4. metrics -----------------------------------------------------------------------------

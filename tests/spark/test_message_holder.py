@@ -28,10 +28,10 @@ def drain(nsqd: Any, topic: str, expected: int) -> list[Any]:
     deadline = time.monotonic() + 20
     config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
     while len(got) < expected and time.monotonic() < deadline:
-        with NSQConnection(config) as conn:
-            got += conn.consume(topic, CHANNEL, max_messages=expected - len(got), timeout=1.0)
-    with NSQConnection(config) as conn:
-        got += conn.consume(topic, CHANNEL, max_messages=10, timeout=0.5)
+        with NSQConsumer(topic, CHANNEL, config=config) as consumer:
+            got += consumer.consume(max_messages=expected - len(got), timeout=1.0)
+    with NSQConsumer(topic, CHANNEL, config=config) as consumer:
+        got += consumer.consume(max_messages=10, timeout=0.5)
     return got
 
 
