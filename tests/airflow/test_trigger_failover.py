@@ -21,11 +21,12 @@ from unittest.mock import Mock
 import pytest
 
 from airflow_provider_nsq import metrics
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.triggers import health
 from airflow_provider_nsq.triggers.failover import TRIGGER_MSG_TIMEOUT_MS
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from airflow_provider_nsq.triggers.nsq_event import NSQEventStreamProducer
+
+from .conftest import read
 
 CHANNEL = "airflow"
 
@@ -100,8 +101,7 @@ def test_what_a_dead_event_trigger_held_is_back_within_its_msg_timeout(
             await producer.aclose()
 
     died = asyncio.run(scenario())
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-        again = conn.consume(nsq_topic, CHANNEL, max_messages=3, timeout=timeout_s + 10)
+    again = read(nsqd, nsq_topic, CHANNEL, 3, timeout=timeout_s + 10)
     back_after = time.monotonic() - died
     assert sorted(m.body for m in again) == [b"m0", b"m1", b"m2"]
     assert {m.attempts for m in again} == {2}
@@ -232,6 +232,5 @@ def test_a_peek_longer_than_the_triggers_msg_timeout_is_touched(
     assert (payload["status"], payload["ready"]) == ("timeout", 1)
     channel = nsqd.channel_stats(nsq_topic, "etl")
     assert (channel["timeout_count"], channel["requeue_count"]) == (0, 1)
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-        (message,) = conn.consume(nsq_topic, "etl", max_messages=1, timeout=5)
+    (message,) = read(nsqd, nsq_topic, "etl", 1, timeout=5)
     assert (message.body, message.attempts) == (b"held", 2)
