@@ -217,11 +217,16 @@ class NSQConsumeOperator(BaseOperator):
         self.dead_letter_topic = dead_letter_topic
         self.return_apply_function_results = return_apply_function_results
         self.nsq_conn_id = nsq_conn_id
-        self._killed = threading.Event()
 
     @cached_property
     def hook(self) -> NSQHook:
         return NSQHook(nsq_conn_id=self.nsq_conn_id)
+
+    @cached_property
+    def _killed(self) -> threading.Event:
+        # Made on first use, not in __init__: Airflow 3.0 deep-copies operators when a
+        # DAG is tested or serialised, and an Event's lock cannot be copied.
+        return threading.Event()
 
     def on_kill(self) -> None:
         # Called from a signal handler on the task's thread: set a flag the loop reads

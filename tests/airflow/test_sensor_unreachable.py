@@ -65,12 +65,18 @@ def test_a_resumed_task_whose_nsqd_went_away_defers_again_within_its_deadline(un
         sensor.execute_complete({}, ready, deadline=past)
 
 
-def test_the_trigger_retries_until_the_deadline_and_every_retry_it_logs_comes(unreachable_nsqd):
+def test_the_trigger_retries_until_the_deadline_and_every_retry_it_logs_comes(
+    unreachable_nsqd, caplog
+):
     deadline = time.time() + 3
     trigger = NSQMessageTrigger(topic="events", channel="etl", deadline=deadline)
 
-    with structlog.testing.capture_logs() as logs:
+    # A trigger logs through structlog from Airflow 3.1, through logging before.
+    caplog.set_level(logging.INFO)
+    with structlog.testing.capture_logs() as captured:
         event = asyncio.run(asyncio.wait_for(trigger.run().__anext__(), 20))
+    logs = [{"event": e["event"]} for e in captured]
+    logs += [{"event": r.getMessage()} for r in caplog.records]
 
     assert event.payload["status"] == "timeout"
     assert "Connection refused" in event.payload["unreachable"]
