@@ -70,24 +70,46 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         deadline = time.monotonic() + cfg.connect_timeout
         with map_exceptions(self._peer, "connect to", cfg.connect_timeout):
             sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
-        self._timeout = cfg.connect_timeout
-        core = self._new_core()
         try:
-            core.initiate()
-            self._flush()
-            while core.state is ConnectionState.HANDSHAKING:
+            self.start_handshake(sock)
+            while not self.handshake_done:
                 if not self._read_once(deadline - time.monotonic()):
-                    raise NSQTimeoutError(
-                        f"nsqd at {cfg.address} did not complete the handshake within "
-                        f"{cfg.connect_timeout:g}s"
-                    )
-                self._raise_failure("the handshake")
+                    raise self.handshake_timeout()
         except BaseException:
             self._teardown()
             raise
         return self
+
+    # -- a handshake pumped by an owner of many connections (the consumer's Connect) --
+
+    def start_handshake(self, sock: socket.socket) -> None:
+        """Take over ``sock``, a TCP socket already connected to this connection's nsqd,
+        and send the handshake's opening (magic, IDENTIFY) without waiting for nsqd. The
+        caller then calls :meth:`read_available` whenever the socket is readable, until
+        :attr:`handshake_done`: so one selector pumps many handshakes at once (the
+        blocking consumer opens every nsqd that way). A TLS upgrade, when nsqd asks for
+        it, waits on this socket (bounded by ``connect_timeout``)."""
+        self._teardown()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        self._timeout = sock.gettimeout()
+        self._new_core().initiate()
+        self._flush()
+
+    @property
+    def handshake_done(self) -> bool:
+        """Whether the handshake :meth:`start_handshake` began has completed; raises the
+        error that ended it instead (nsqd's refusal, its close)."""
+        self._raise_failure("the handshake")
+        assert self._core is not None
+        return self._core.state is not ConnectionState.HANDSHAKING
+
+    def handshake_timeout(self) -> NSQTimeoutError:
+        """The error for a handshake that did not complete within ``connect_timeout``."""
+        return NSQTimeoutError(
+            f"nsqd at {self.config.address} did not complete the handshake within "
+            f"{self.config.connect_timeout:g}s"
+        )
 
     def close(self) -> None:
         """Close the connection. Messages still held unanswered are REQ'd first (when
@@ -205,7 +227,7 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         self._require_core().cls()
         self._request("CLS")
 
-    # -- for a selector over many connections (the consumer core) -------------------
+    # -- for a selector over many connections (the consumer) -------------------
 
     def fileno(self) -> int:
         """The socket's file descriptor (-1 when not connected)."""

@@ -6,7 +6,7 @@ A driver adds only its I/O: ``_flush`` (write what the core queued), ``_start_tl
 (wrap the transport), ``_teardown`` (drop the transport) and how a caller waits
 (``_reply_arrived`` / ``_messages_arrived`` tell it that something came).
 
-What an owner of many connections (the consumer core) reads of one is public and small,
+What an owner of many connections (the consumer) reads of one is public and small,
 in the spirit of go-nsq's connection delegate: :meth:`DriverBase.take_messages`,
 :attr:`~DriverBase.messages_waiting`, :attr:`~DriverBase.in_flight`,
 :attr:`~DriverBase.failure`, :attr:`~DriverBase.alive`, :attr:`~DriverBase.has_news`,
@@ -18,6 +18,7 @@ callback and :meth:`~DriverBase.abort`; the blocking driver adds ``fileno()`` an
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -89,6 +90,9 @@ class DriverBase(Generic[WindowResult]):
         self._message_class = bound_message_class(self)
         self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
         self.connects = 0  # how many times a TCP connection was opened
+        #: When nsqd was last heard from (``time.monotonic()``; any bytes, heartbeats
+        #: included; 0.0: never): an owner tells a quiet nsqd from a silent one.
+        self.last_received = 0.0
         #: Called (no arguments) when messages arrive or the connection fails: an owner
         #: waiting on several connections learns there is something to look at.
         self.on_wake: Callable[[], None] | None = None
@@ -315,6 +319,7 @@ class DriverBase(Generic[WindowResult]):
         core = self._core
         if core is None:
             return
+        self.last_received = time.monotonic()
         core.receive_data(data)
         try:
             messages, events = core.messages_and_events()

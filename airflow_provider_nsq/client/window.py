@@ -59,6 +59,16 @@ class _Acknowledger(Protocol):
     def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None: ...
 
 
+def settle(
+    got: list[NSQMessage], stragglers: list[NSQMessage], max_messages: int
+) -> tuple[list[NSQMessage], list[NSQMessage]]:
+    """How a consume window ends: the messages it returns (what it got, and the
+    stragglers nsqd sent before it read CLS, while they fit ``max_messages``) and the
+    stragglers beyond that (to REQ)."""
+    room = max_messages - len(got)
+    return got + stragglers[:room], stragglers[room:]
+
+
 def settle_window(
     driver: _Acknowledger,
     got: list[NSQMessage],
@@ -67,12 +77,11 @@ def settle_window(
     ack: AckMode,
     requeue_delay_ms: int,
 ) -> list[NSQMessage]:
-    """End a consume window: keep stragglers that fit (nsqd sent them before it read
-    CLS), REQ any beyond ``max_messages``, then apply ``ack`` to the window's messages."""
-    room = max_messages - len(got)
-    got = got + stragglers[:room]
-    if stragglers[room:]:
-        driver.requeue(*stragglers[room:])
+    """End a consume window (:func:`settle`): REQ the stragglers beyond
+    ``max_messages``, then apply ``ack`` to the window's messages."""
+    got, extra = settle(got, stragglers, max_messages)
+    if extra:
+        driver.requeue(*extra)
     if ack == "fin":
         driver.finish(*got)
     elif ack == "req":
