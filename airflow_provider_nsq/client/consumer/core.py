@@ -86,7 +86,8 @@ IDLE_AFTER_S = 0.25
 #: After a connection's RDY is lowered, what nsqd may already have sent it at the old RDY
 #: stays counted this long before it is given to another connection.
 SETTLE_S = 0.25
-#: With fewer spare RDY than connections, the turn moves on this often.
+#: With fewer spare RDY than connections, the turn moves on this often (the first time
+#: this long after the first plan: a share just given is not taken away at once).
 ROTATE_INTERVAL_S = 1.0
 #: A window that filled up keeps its subscriptions (RDY 0) for a next window that starts
 #: within this many seconds (and half a heartbeat interval, so nsqd never dropped them).
@@ -782,6 +783,8 @@ class ConsumerCore(Generic[Conn]):
             for s, f in zip(active, in_flight, strict=True)
         ]
         spare = budget - sum(in_flight)
+        if not self._next_rotation:  # the first turn comes an interval after the first plan
+            self._next_rotation = now + ROTATE_INTERVAL_S
         if 0 < spare < len(active) and now >= self._next_rotation:
             self._offset += max(spare, 1)
             self._next_rotation = now + ROTATE_INTERVAL_S
