@@ -28,7 +28,7 @@ itself and settles each batch right after its events are handed to the triggerer
 they are stored: a triggerer crash in between loses that batch. Weaker; it says so in a
 warning when it starts, and docs/compatibility.md says so.
 
-Both read through the consumer core,
+Both read through the consumer,
 :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`: every nsqd of the
 connection (found through nsqlookupd when it names any, re-asked every
 ``lookupd_poll_interval``), one ``max_in_flight`` budget split across them, dropped
@@ -108,10 +108,10 @@ async def _start_consumer(
     through its nsqlookupds when it names any, else its nsqd list (``host:port``, then
     ``nsqd_tcp_addresses``).
 
-    While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the core's
+    While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the consumer's
     backoff: a triggerer that starts before nsqd must not fail its assets. What retrying
     cannot fix (nsqd refused the subscription or AUTH, a bad setting) is raised. Once
-    started, the core itself reconnects dropped nsqds and re-asks nsqlookupd every
+    started, the consumer itself reconnects dropped nsqds and re-asks nsqlookupd every
     ``lookupd_poll_interval`` seconds.
     """
     await hook.aget_client_config()  # consumer_options() then reads the cached settings
@@ -147,7 +147,7 @@ def _report_start(consumer: AsyncNSQConsumer, max_in_flight: int, lookupds: list
     connections = consumer.connections
     capacity = sum(c.max_rdy_count for c in connections.values())
     if connections and max_in_flight > capacity:
-        # The core never sends an nsqd a RDY above its limit (nsqd would drop the
+        # The consumer never sends an nsqd a RDY above its limit (nsqd would drop the
         # connection): fewer messages are in flight than asked for.
         log.warning(
             "max_in_flight=%s exceeds nsqd's max RDY count (%s over %s nsqd(s), "
@@ -234,7 +234,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
     an :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`); answers
     nsqd only in :meth:`settle` (through :meth:`advance` in ack mode), after Airflow
     stored every event derived from the batch, on the nsqd that delivered each message.
-    Meanwhile the consumer core TOUCHes the messages it holds (collecting or waiting for
+    Meanwhile the consumer TOUCHes the messages it holds (collecting or waiting for
     the store; ``touch_held()``), so nsqd does not redeliver them early.
 
     Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
@@ -352,7 +352,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
 
     async def _keep_held_alive(self) -> None:
         """TOUCH what the stream holds (collecting, or waiting for the store) as the
-        consumer core decides (``touch_held()``), until cancelled."""
+        consumer decides (``touch_held()``), until cancelled."""
         while self.consumer is not None:
             _, next_in = self.consumer.touch_held()
             await asyncio.sleep(next_in)

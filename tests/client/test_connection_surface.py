@@ -1,4 +1,4 @@
-"""What an owner of many connections (the consumer core) reads of one, over both drivers
+"""What an owner of many connections (the consumer) reads of one, over both drivers
 against a real server: messages taken, the in-flight count, the wake-up callback, the
 failure, abort; and the blocking driver's selector surface."""
 
