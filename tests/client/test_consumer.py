@@ -228,6 +228,31 @@ def test_tls_refused_by_every_nsqd_is_a_tls_error_not_an_outage(
     assert all(a in str(info.value) for a in plain)
 
 
+def test_a_window_reads_every_nsqd_over_tls_with_compression(
+    mode, nsqd_factory, tls_files, nsq_topic
+) -> None:
+    # Every handshake's TLS upgrade and compression happen while the runner opens all
+    # the nsqds at once (the blocking one pumps them over one selector).
+    servers = [
+        nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key) for _ in range(3)
+    ]
+    bodies = []
+    for i, server in enumerate(servers):
+        server.create_channel(nsq_topic, "c")
+        for j in range(3):
+            bodies.append(f"{i}-{j}".encode())
+            server.http_publish(nsq_topic, bodies[-1])
+    config = ClientConfig(tls=True, tls_ca_file=tls_files.ca_file, compression="deflate")
+    addresses = [s.tcp_address for s in servers]
+    consumer = make(mode, nsq_topic, config=config, nsqd_tcp_addresses=addresses)
+    try:
+        got = consumer.consume(max_messages=9, timeout=5)
+        assert all(c.tls and c.compression == "deflate" for c in consumer.connections.values())
+    finally:
+        consumer.close()
+    assert sorted(m.body for m in got) == sorted(bodies)
+
+
 def test_a_topic_no_nsqd_has_yet_is_an_empty_window(mode, nsq_topology, nsq_topic) -> None:
     topology = nsq_topology(n=1)
     consumer = make(mode, nsq_topic, lookupd_http_addresses=topology.lookupd_http_addresses)
