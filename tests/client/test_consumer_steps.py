@@ -250,6 +250,43 @@ def test_with_fewer_rdy_than_nsqds_each_gets_its_turn() -> None:
     assert seen == set(NSQDS)
 
 
+def backlogs(runner: ScriptedRunner, counts: list[int]) -> None:
+    """Each nsqd has ``counts[i]`` messages: it sends them as its RDY allows."""
+    left = dict(zip(NSQDS, counts, strict=False))
+
+    def nsqds_deliver(r: ScriptedRunner) -> None:
+        for address, count in left.items():
+            left[address] -= len(r.by_address(address).deliver(count))
+
+    runner.on_wait = nsqds_deliver
+
+
+@pytest.mark.parametrize(
+    ("counts", "within"),
+    [([5, 0], 0.7), ([5, 10, 15], 1.1)],  # IDLE_AFTER_S, SETTLE_S and a few re-plans
+)
+def test_a_window_moves_rdy_to_the_nsqds_that_have_messages_without_flapping(
+    counts: list[int], within: float
+) -> None:
+    # The window's budget starts split evenly. A quiet nsqd's share moves once it is
+    # quiet and settled; one that holds all the RDY it was sent counts as busy meanwhile
+    # (nsqd cannot send it more: its silence says nothing), and one whose RDY was lowered
+    # to what it holds does not (it took nothing since), so no share goes back and
+    # forth and the window fills at once (it took 2 s and more with a share flapping).
+    runner = ScriptedRunner()
+    consumer = consumer_of(NSQDS[: len(counts)])
+    backlogs(runner, counts)
+    started = runner.clock.now
+    got = runner.run(consumer.consume_steps(max_messages=sum(counts), timeout=10.0))
+    assert len(got) == sum(counts)
+    assert runner.clock.now - started < within
+    lowered = [
+        [b for a, b in itertools.pairwise(n for _, n in c.rdy_history) if b < a]
+        for c in runner.opened
+    ]
+    assert all(len(lows) <= 2 for lows in lowered)  # once, and the pause at the end
+
+
 # -- reconnects, TOUCH and windows, on the fake clock -------------------------------
 
 

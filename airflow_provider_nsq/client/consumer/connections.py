@@ -206,16 +206,17 @@ class Connections(Generic[Conn]):
         """Re-plan the RDY split when what it depends on changed, and send what changed."""
         if force or self.planner.due(now):
             changes = self.planner.plan(self.pool, now, self.streaming, force)
-            yield from self.send_rdy_steps(changes)
+            yield from self.send_rdy_steps(changes, now)
         yield from self.drop_broken_steps(now)
 
-    def send_rdy_steps(self, changes: list[Change]) -> Steps[None]:
+    def send_rdy_steps(self, changes: list[Change], now: float) -> Steps[None]:
         if not changes:
             return
         outcomes = yield Send(tuple(Write(s.conn, "RDY", count=count) for s, count in changes))
         for (slot, count), error in zip(changes, outcomes, strict=True):
             if error is None:
                 slot.rdy = count
+                slot.rdy_at = now
             else:
                 log.debug("RDY to %s failed: %s", slot.key, error)
 

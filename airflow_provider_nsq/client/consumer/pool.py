@@ -28,7 +28,8 @@ class Slot(Generic[Conn]):
     limit: int  # nsqd's max_rdy_count
     msg_timeout: int | None  # nsqd's msg_timeout for this connection (ms), if it said
     last_delivery: float
-    rdy: int = 0  # the RDY last sent
+    rdy: int = 0  # the RDY last sent ...
+    rdy_at: float = 0.0  # ... and when
     draining: bool = False  # not wanted any more: RDY 0, closed once answered
     closing: bool = False  # CLS sent
     reserved: int = 0  # the RDY before it was lowered: nsqd may still send that many ...

@@ -34,7 +34,6 @@ class RdyPlanner:
         self._next_rotation = 0.0  # 0: no plan yet
         self._next_rebalance = 0.0
         self._shape: tuple[Any, ...] = ()  # what the last plan was made for
-        self._planned_at = 0.0
 
     def due(self, now: float) -> bool:
         """Whether a re-plan is due (at most every :data:`REBALANCE_INTERVAL_S`)."""
@@ -94,10 +93,11 @@ class RdyPlanner:
         """The RDY count for each active connection, or None when nothing it depends on
         changed since the last plan."""
         in_flight = [s.conn.in_flight for s in active]
-        # Busy: delivered lately, or took everything it was allowed since the last plan.
+        # Busy: delivered lately, or took all its RDY allowed since that RDY was sent
+        # (nsqd cannot send it more, so its silence says nothing about what it has). Not
+        # a connection whose RDY was lowered to what it holds: it took nothing since.
         busy = [
-            now - s.last_delivery < IDLE_AFTER_S
-            or (0 < s.rdy <= f and s.last_delivery >= self._planned_at)
+            now - s.last_delivery < IDLE_AFTER_S or (0 < s.rdy <= f and s.last_delivery >= s.rdy_at)
             for s, f in zip(active, in_flight, strict=True)
         ]
         spare = budget - sum(in_flight)
@@ -110,7 +110,6 @@ class RdyPlanner:
         if shape == self._shape and not force:
             return None
         self._shape = shape
-        self._planned_at = now
         planned = plan_ready(
             budget,
             in_flight,

@@ -53,7 +53,7 @@ class Windows(Generic[Conn]):
         if len(window.got) >= window.max_messages:
             # nsqd has sent all the RDY allowed: RDY 0 keeps the subscriptions for the next
             # window (what a connection still had is returned, as CLS's stragglers are).
-            yield from conns.send_rdy_steps(conns.planner.pause(conns.pool))
+            yield from conns.send_rdy_steps(conns.planner.pause(conns.pool), now)
             stragglers = yield from conns.collect_steps(now)
         else:
             stragglers = yield from conns.stop_delivery_steps(now)
