@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed-stamp
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
-.PHONY: install test lint typecheck pytest matrix-ci compat dist demo bench clean
+.PHONY: install check test lint typecheck pytest docs matrix-ci compat dist demo bench bench-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,10 +28,19 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest
 
-# CI: the checks, the whole suite on the pinned (newest) Airflow, and the matrix sessions
-# tagged "ci" (noxfile.py): the wheel from `make dist` beside the oldest supported Airflow
-# (the Airflow-layer tests), and the Spark tests on the oldest and the newest PySpark.
-test: lint typecheck pytest matrix-ci
+# The everyday path: the checks, the docs site and the whole suite on the pinned (newest)
+# Airflow; no version matrix, no release build.
+check: lint typecheck docs pytest
+
+# CI (.ci/run): `make check`, then the matrix sessions tagged "ci" (noxfile.py): the wheel
+# from `make dist` beside the oldest supported Airflow (the Airflow-layer tests), and the
+# Spark tests on the oldest and the newest PySpark.
+test: check matrix-ci
+
+# The documentation site, built strictly: a broken link or anchor, a missing reference or
+# a docstring warning fails it. Open site/index.html, or serve it with `mkdocs serve`.
+docs: $(STAMP)
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The sdist and the wheel, checked as PyPI would (twine) and for their license files.
 dist: $(STAMP)
@@ -58,5 +67,13 @@ bench: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_reader.py --messages 200000
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000
 
+# What one PUB, MPUB, connect, consumed message and asyncio PUB cost the client, counted
+# (valgrind's instructions, strace's system calls, Python calls; a tool that is missing
+# skips its count and says so): fails when one is over its budget in
+# benchmarks/op_cost.py. Counts, not times: the same on a busy machine. A few minutes.
+bench-check: $(STAMP)
+	$(PY) benchmarks/op_cost.py --check --ops pub,mpub,connect,consume,async-pub \
+		--measure instructions,syscalls,calls
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist site *.egg-info

@@ -193,3 +193,41 @@ def spark(session: nox.Session, pyspark: str) -> None:
     session.run("python", "-c", "import pyspark; print('pyspark', pyspark.__version__)")
     # Spark's Python workers run `python3` from PATH: nox puts the session's first.
     session.run("pytest", "-p", "no:cacheprovider", "-rs", "tests/spark", *session.posargs)
+
+
+#: What the spark_extras session runs: publish_dataframe (what a pyspark/pyspark-client
+#: mix breaks first: mapInArrow's Python UDF) and the install check.
+SPARK_EXTRAS_TESTS = [
+    "tests/spark/test_publish_dataframe.py",
+    "tests/spark/test_pyspark_install_mix.py",
+]
+
+
+@nox.session(python=PYTHON, tags=["spark"])
+def spark_extras(session: nox.Session) -> None:
+    """The Spark extras as a user installs them, ``pip install
+    'airflow-provider-nsq[spark,apache-spark]'`` (the built wheel, nothing else pinned:
+    no Makefile pins, no date), beside Airflow; then publish_dataframe against the
+    embedded broker. About 3 minutes on 2 cores, and about 1 GB of uv cache (PySpark's
+    wheel, built from its sdist on the first run).
+
+    Airflow's Spark provider brings pyspark-client, which shares pyspark's folder: this
+    session fails if the extras ever resolve two versions of them (docs/spark.md).
+    """
+    wheel = _wheel(session)
+    try:
+        session.install(f"{wheel}[spark,apache-spark,test]")
+    finally:
+        _prune_uv_cache(session)
+    # The package's own check first: one version of both, whichever files landed last.
+    session.run(
+        "python",
+        "-c",
+        "import airflow_provider_nsq.spark; from importlib.metadata import version as v; "
+        "print('pyspark', v('pyspark'), 'pyspark-client', v('pyspark-client'))",
+    )
+    tree = _test_tree(session)
+    with session.chdir(tree):
+        session.run(
+            "pytest", "-p", "no:cacheprovider", "-rs", *SPARK_EXTRAS_TESTS, *session.posargs
+        )

@@ -14,6 +14,10 @@ it): task processes configure the task SDK's (common-compat's ``Stats``), the tr
 Airflow core's (``airflow.observability.stats``); Airflow 3.0 and 3.1 have one, built
 from ``[metrics]`` on first use. :func:`emitter` picks the one for where the code runs.
 
+Tag values keep letters, digits, ``_``, ``.`` and ``-``; any other character becomes
+``_`` (:func:`tag_value`): Airflow's StatsD logger drops a metric whose tags hold
+others, such as the ``:`` of an nsqd's ``host:port``.
+
 Sending a metric never fails the caller: an error is logged at debug level and dropped.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,6 +52,7 @@ class Metric:
 _TASK_TAGS = ("dag_id", "task_id", "topic")
 _SENSOR_TAGS = (*_TASK_TAGS, "channel")
 _EVENT_TAGS = ("topic", "channel")
+_CONSUME_TAGS = _SENSOR_TAGS
 
 
 def _publish_metrics(kind: PublishKind, command: str) -> list[Metric]:
@@ -68,6 +74,33 @@ def _publish_metrics(kind: PublishKind, command: str) -> list[Metric]:
             "counter",
             f"{command} tasks whose publish failed (nsqd refused it, or could not be reached).",
             (*_TASK_TAGS, "error"),
+        ),
+    ]
+
+
+def _health_metrics(kind: str, what: str, contact: str, tags: tuple[str, ...]) -> list[Metric]:
+    """A trigger's health (triggers/health.py), reported every 10 s while it runs."""
+    per_nsqd = (*tags, "nsqd") if kind == "event" else tags
+    return [
+        Metric(
+            f"{PREFIX}.{kind}.health.reports",
+            "counter",
+            f"Health reports of {what}, one every 10 s while it runs: a rate of 0 means it "
+            "runs nowhere (its triggerer died and no other took it over, or it ended).",
+            tags,
+        ),
+        Metric(f"{PREFIX}.{kind}.health.last_contact", "gauge", contact, per_nsqd),
+        Metric(
+            f"{PREFIX}.{kind}.health.connections",
+            "gauge",
+            f"Connections to nsqd that {what} has up.",
+            tags,
+        ),
+        Metric(
+            f"{PREFIX}.{kind}.health.held",
+            "gauge",
+            f"Messages {what} holds: delivered, not yet FINished or REQ'd.",
+            tags,
         ),
     ]
 
@@ -131,6 +164,52 @@ METRICS: dict[str, Metric] = {
             _SENSOR_TAGS,
         ),
         Metric(
+            f"{PREFIX}.consume.applied",
+            "counter",
+            "NSQConsumeOperator: messages FINished after the apply function returned.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.requeued",
+            "counter",
+            "NSQConsumeOperator: messages REQ'd (with backoff) after the function raised.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.dead_lettered",
+            "counter",
+            "NSQConsumeOperator: messages that failed max_attempts deliveries, published to "
+            "dead_letter_topic, then FINished.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.dead_letter_failed",
+            "counter",
+            "NSQConsumeOperator: dead-letter publishes that failed: the message was REQ'd "
+            "and the task failed.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.exhausted",
+            "counter",
+            "NSQConsumeOperator: messages that failed max_attempts deliveries with no "
+            "dead_letter_topic: REQ'd, and the task failed.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.apply_duration",
+            "timer",
+            "NSQConsumeOperator: milliseconds each call of the apply function took.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
+            f"{PREFIX}.consume.delay",
+            "timer",
+            "NSQConsumeOperator: milliseconds from publish (nsqd's timestamp of the oldest "
+            "message of the call) to its FIN.",
+            _CONSUME_TAGS,
+        ),
+        Metric(
             f"{PREFIX}.event.received",
             "counter",
             "Messages the event trigger took off the channel (redeliveries included).",
@@ -162,6 +241,19 @@ METRICS: dict[str, Metric] = {
             "to its asset event stored.",
             _EVENT_TAGS,
         ),
+        *_health_metrics(
+            "event",
+            "an event trigger's subscription",
+            "Seconds since the event trigger last heard from this nsqd (0 while its "
+            "connection is up).",
+            _EVENT_TAGS,
+        ),
+        *_health_metrics(
+            "sensor",
+            "a deferred sensor's trigger",
+            "Seconds since nsqd last answered one of the deferred sensor's checks.",
+            _EVENT_TAGS,
+        ),
     ]
 }
 
@@ -181,6 +273,18 @@ def _triggerer_stats() -> Any:
     return stats.Stats
 
 
+#: What Airflow's StatsD logger lets through in a tag value (it checks the name and the
+#: InfluxDB-style tags as one stat name): anything else makes it drop the metric.
+_UNSAFE_IN_TAGS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def tag_value(value: Any) -> str:
+    """``value`` as a tag every metrics backend takes: characters other than letters,
+    digits, ``_``, ``.`` and ``-`` become ``_`` (an nsqd ``127.0.0.1:4150`` is
+    ``127.0.0.1_4150``, a channel ``tail#ephemeral`` is ``tail_ephemeral``)."""
+    return _UNSAFE_IN_TAGS.sub("_", str(value))
+
+
 class Emitter:
     """Sends the provider's metrics from one place (a task, or the triggerer)."""
 
@@ -194,7 +298,7 @@ class Emitter:
         if name not in METRICS:  # a programming error, not a runtime condition
             raise KeyError(f"{name} is not in metrics.METRICS (and docs/metrics.md)")
         try:
-            clean = {k: str(v) for k, v in tags.items() if v is not None and v != ""}
+            clean = {k: tag_value(v) for k, v in tags.items() if v is not None and v != ""}
             getattr(self._stats(), method)(name, value, tags=clean)
         except Exception as exc:  # metrics must never fail a task or a trigger
             log.debug("Could not send metric %s (%s)", name, exc)

@@ -1,9 +1,9 @@
 """Provider metadata: what Airflow's ProvidersManager and the connection form read.
 
 Airflow >= 3.2 builds the connection form from ``conn-fields`` and ``ui-field-behaviour``
-here, without importing the hook. :data:`CONN_FIELDS` is generated from the described
-settings (``client/setting_fields.py``) that the hook's parser reads too, so the form and
-the parser cannot drift apart.
+here, without importing the hook. Both come from ``hooks/connection_form.py``, generated
+from the described settings through the same source of extras the hook's parser reads,
+so the form and the parser cannot drift apart.
 
 No Airflow here, and of the client only the settings' descriptions (their modules
 import no driver).
@@ -13,56 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client.address import DEFAULT_NSQD_TCP_PORT
-from .client.connection_settings import ConnectionSettings
-from .client.setting_fields import EXTRA, Setting, for_source
+from .hooks.connection_form import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
 
 PACKAGE_NAME = "airflow-provider-nsq"
 INTEGRATION = "NSQ"
-CONN_TYPE = "nsq"
 HOOK_CLASS_NAME = "airflow_provider_nsq.hooks.nsq.NSQHook"
 
-
-def _conn_field(described: Setting) -> dict[str, Any]:
-    """A setting as a ``conn-fields`` entry: label, description and JSON schema."""
-    schema: dict[str, Any] = {"type": [described.json_type, "null"]}
-    if described.kind == "seconds":
-        schema["minimum"] = 0  # and > 0: the parser says so
-    elif described.minimum is not None:
-        schema["minimum"] = described.minimum
-    if described.maximum is not None:
-        schema["maximum"] = described.maximum
-    if described.choices:
-        schema["enum"] = list(described.choices)
-    if described.pattern is not None:
-        schema["pattern"] = described.pattern
-    if described.kind == "boolean" or described.choices:
-        schema["default"] = described.default  # a blank is no answer to a yes/no question
-    return {"label": described.label, "description": described.doc, "schema": schema}
-
-
-#: Connection extras: name -> conn-fields entry, one per setting a connection may carry
-#: (``ConnectionSettings.described()`` with the ``extra`` source), in that order.
-#: ``schema.type[0]`` is the value's JSON type; the URI form's text is read as the same.
-CONN_FIELDS: dict[str, dict[str, Any]] = {
-    name: _conn_field(described)
-    for name, described in for_source(ConnectionSettings.described(), EXTRA).items()
-}
-
-UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": ["login", "schema"],
-    "relabeling": {"host": "nsqd host", "port": "nsqd TCP port", "password": "AUTH secret"},
-    "placeholders": {
-        "host": "nsqd.example.com",
-        "port": str(DEFAULT_NSQD_TCP_PORT),
-        "password": "secret for nsqd --auth-http-address (leave empty without AUTH)",
-        **{
-            name: described.placeholder
-            for name, described in for_source(ConnectionSettings.described(), EXTRA).items()
-            if described.placeholder is not None
-        },
-    },
-}
+__all__ = ["CONN_FIELDS", "CONN_TYPE", "UI_FIELD_BEHAVIOUR", "provider_info"]
 
 
 def _modules(*names: str) -> list[dict[str, Any]]:
@@ -73,7 +30,7 @@ def _modules(*names: str) -> list[dict[str, Any]]:
 
 def provider_info() -> dict[str, Any]:
     """The dict returned by ``airflow_provider_nsq.get_provider_info()``."""
-    from . import __version__
+    from .version import __version__
 
     return {
         "package-name": PACKAGE_NAME,
@@ -89,7 +46,7 @@ def provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": _modules("hooks.nsq"),
-        "operators": _modules("operators.nsq"),
+        "operators": _modules("operators.nsq", "operators.nsq_consume"),
         "sensors": _modules("sensors.nsq"),
         "triggers": _modules("triggers.nsq", "triggers.nsq_event"),
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).

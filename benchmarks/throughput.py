@@ -5,6 +5,7 @@
                                     [--workloads pub,mpub,consume,connect] [--repeat N]
                                     [--keep-awake] [--server embedded|null]
                                     [--python PATH] [--profile DIR] [--no-freeze]
+                                    [--source DIR] [--go-bench DIR]
 
 Runs against one nsqd: by default the project's embedded broker, started as its own
 process (``python -m airflow_provider_nsq.testing.broker``) on free ports, fresh for each
@@ -39,6 +40,12 @@ Each worker freezes what it imported out of the garbage collector's view before 
 
 ``--repeat N`` runs N rounds of every client in turn and shows each figure's median
 round: on a shared machine one round can be hit by someone else's load.
+
+``--source DIR`` runs this project's clients from the code in ``DIR``, another checkout
+(the "before" of a before/after table, with this checkout's workloads; the embedded
+broker always runs from this checkout). ``PYTHONPATH`` set by the caller is honoured the
+same way. ``--go-bench DIR`` adds nsq's own Go ``bench_writer`` and ``bench_reader``
+(built from nsq's source, in ``DIR``) as the ``go`` row.
 
 Prints msgs/s (connect: us) per client with the ratio to this project's blocking client,
 and a second table of CPU use during each timed run: the client process's CPU time per
@@ -152,8 +159,15 @@ def run_worker(name: str, spec_json: str, out_path: str) -> None:
             row = {"status": "n/a", "reason": str(exc)}
         except Exception as exc:
             row = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-        results.append({"workload": workload, **row})
+        results.append({"workload": workload, **row, "code": _project_tree()})
         Path(out_path).write_text(json.dumps(results))
+
+
+def _project_tree() -> str | None:
+    """The checkout whose ``airflow_provider_nsq`` this worker ran (``--source``)."""
+    module = sys.modules.get("airflow_provider_nsq")
+    file = getattr(module, "__file__", None)
+    return str(Path(file).resolve().parent.parent) if file else None
 
 
 # -- the server -------------------------------------------------------------------------
@@ -344,6 +358,13 @@ class Server:
             return
         from urllib.request import Request, urlopen
 
+        # A client may use topics of its own beside the workload's (``<name>_<suffix>``).
+        with contextlib.suppress(OSError, ValueError):
+            url = f"http://{self.http_address}/stats?format=json"
+            with urlopen(url, timeout=5) as answer:
+                stats = json.loads(answer.read())
+            topics = [t["topic_name"] for t in stats.get("topics", [])]
+            names = [t for t in topics if any(t == n or t.startswith(n + "_") for n in names)]
         for name in names:
             with contextlib.suppress(OSError):
                 url = f"http://{self.http_address}/topic/delete?topic={name}"
@@ -409,7 +430,12 @@ def run_client(
     airflow_home: str,
 ) -> list[dict[str, Any]]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    # The code under test first (--source, or the caller's PYTHONPATH), then this
+    # checkout (the bench venv does not install the project).
+    paths = (spec.get("source"), env.get("PYTHONPATH"), str(ROOT))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    if spec.get("go_bench"):
+        env["NSQ_GO_BENCH_DIR"] = spec["go_bench"]
     if info.airflow:
         env.update(
             {
@@ -528,11 +554,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def commit() -> str | None:
-    """The project's commit the figures belong to (``+dirty`` with local changes)."""
+def commit(tree: Path = ROOT) -> str | None:
+    """The commit of the code measured (``+dirty`` with local changes)."""
     try:
         rev = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty=+dirty"],
+            ["git", "-C", str(tree), "describe", "--always", "--dirty=+dirty"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -662,6 +688,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per client")
     parser.add_argument("--profile", metavar="DIR", help="cProfile each timed run into DIR")
     parser.add_argument(
+        "--source",
+        metavar="DIR",
+        help="run this project's clients from the checkout in DIR (a before/after table)",
+    )
+    parser.add_argument(
+        "--go-bench", metavar="DIR", help="nsq's bench_writer and bench_reader, for the go row"
+    )
+    parser.add_argument(
         "--no-freeze",
         action="store_true",
         help="leave what each worker imported in the garbage collector's view (by default "
@@ -687,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
     counts, warmups = counts_from(args)
     server = Server(args.server)
+    source = str(Path(args.source).resolve()) if args.source else None
+    go_bench = str(Path(args.go_bench).resolve()) if args.go_bench else None
     profile_dir = None
     if args.profile:
         profile_dir = str(Path(args.profile).resolve())
@@ -697,8 +733,10 @@ def main(argv: list[str] | None = None) -> int:
     if third_party:
         other_python, no_python = bench_python(args, third_party)
 
-    revision = commit()
+    revision = commit(Path(source) if source else ROOT)
     print(f"server:   {server.describe()}" + (f"; commit {revision}" if revision else ""))
+    if source:
+        print(f"code:     the project's clients from {source}")
     print(
         "messages: "
         + ", ".join(f"{w} {counts[w]:,} (+{warmups[w]:,} warm-up)" for w in workloads)
@@ -753,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
                         "workloads": workloads,
                         "profile_dir": profile_dir,
                         "freeze": not args.no_freeze,
+                        "source": source,
+                        "go_bench": go_bench,
                     }
                     rows = measure(client, python, server, spec, args.timeout, airflow_home)
                     took = time.perf_counter() - t0
@@ -800,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             "server": server.describe(),
             "commit": revision,
+            "source": source,
             "body_size": BODY_SIZE,
             "mpub_batch": MPUB_BATCH,
             "counts": counts,

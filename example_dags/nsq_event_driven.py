@@ -16,17 +16,21 @@ at-least-once, so it drops repeats of an ``(nsqd, id)`` it has already seen in t
 run (use a table keyed by it to de-duplicate across runs), then publishes one result per
 message to ``order_results``.
 
-The asset is the topic's, ``nsq://host:port/orders`` (``nsq_asset`` reads the connection
-for the address when the DAG is parsed); ``process`` declares it as its inlet, its
-OpenLineage input, and links to the channel's page in nsqadmin when the connection has
-an ``nsqadmin_url`` (docs/operations.md).
+The asset is the topic's, ``nsq://host:port/orders``, where ``host:port`` is the NSQ
+cluster's address as the connection names it (its first nsqlookupd, else its nsqd),
+written in this file: a DAG file's top-level code reads no connection, so the DAG parses
+where ``nsq_default`` is not defined (the triggerer and the workers read it when they
+run). ``process`` declares the asset as its inlet, its OpenLineage input, and links to
+the channel's page in nsqadmin when the connection has an ``nsqadmin_url``
+(docs/operations.md).
 
 Set up the ``nsq_default`` connection first, for example::
 
     export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150'
 
-The topic names can be changed with ``NSQ_EVENTS_TOPIC`` / ``NSQ_RESULTS_TOPIC`` in the
-environment of the DAG processor and workers (the end-to-end test does).
+The cluster's address and the topic names can be changed with ``NSQ_CLUSTER``,
+``NSQ_EVENTS_TOPIC`` and ``NSQ_RESULTS_TOPIC`` in the environment of the DAG processor
+and workers (the end-to-end test does).
 """
 
 from __future__ import annotations
@@ -43,11 +47,14 @@ from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.links import link_to_nsqadmin
 from airflow_provider_nsq.operators.nsq import NSQMultiPublishOperator
 
+# The address nsq_default names (nsq://nsqd.example.com:4150 above): the asset's URI.
+NSQ_CLUSTER = os.environ.get("NSQ_CLUSTER", "nsqd.example.com:4150")
 EVENTS_TOPIC = os.environ.get("NSQ_EVENTS_TOPIC", "orders")
 RESULTS_TOPIC = os.environ.get("NSQ_RESULTS_TOPIC", "order_results")
 
 orders = nsq_asset(
     EVENTS_TOPIC,
+    address=NSQ_CLUSTER,
     name="nsq_orders",
     watchers=[
         AssetWatcher(

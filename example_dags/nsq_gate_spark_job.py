@@ -53,9 +53,10 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import dag, get_current_context, task
 
+from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.operators.nsq import NSQMultiPublishOperator, NSQPublishOperator
-from airflow_provider_nsq.sensors.nsq import NSQSensor, decode_record_body
+from airflow_provider_nsq.sensors.nsq import NSQSensor
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,11 @@ only looks, and the Spark job drains the channel itself, however many events it 
 The channel is durable (no ``#ephemeral``): events wait there between runs. It must exist
 before the first events are published, or they go to the topic's other channels only
 (nsqd keeps a topic's messages for its first channel, then copies new ones to every
-channel): the sensor's first check creates it; create it in advance with nsqd's
-``POST /channel/create`` when events may come first.
+channel): the sensor's first check creates it (``NSQHook.channel_depth`` creates the
+topic, then the channel). When events may come first, create both in advance: nsqd's
+``POST /topic/create?topic=...``, then ``POST /channel/create?topic=...&channel=...``
+(``/channel/create`` alone answers ``TOPIC_NOT_FOUND`` while the topic does not exist),
+or ``NSQHook("nsq_default").channel_depth(topic, channel)`` once.
 
 Delivery is at-least-once: a job that fails after the drain committed some batches has
 those events staged, and its retry (same run, same staging directory) aggregates them

@@ -4,10 +4,11 @@ Starts NSQ as it is deployed: two embedded nsqds registered with one embedded ns
 (or uses the one nsqd of ``NSQD_ADDRESS``), points Airflow at a throw-away home and runs
 the example DAGs with ``dag.test()``: the producer (``example_dags/nsq_gate_spark_job.py``,
 which spreads its events over both nsqds), then the XCom gate (NSQSensor, which finds them
-through the lookupd -> stage -> spark-submit in local mode -> announce), then the stream
+through the lookupd -> stage -> spark-submit -> announce), then the stream
 gate (``example_dags/nsq_stream_gate_spark_job.py``: a depth-only sensor -> spark-submit
 that drains the channel with ``readStream.format("nsq")`` -> announce). It reads the
-results back from NSQ and prints a summary with the per-nsqd counts. Exit status 0 when
+results back from NSQ and prints a summary with the per-nsqd counts. The Spark jobs run on
+``--spark-master`` (``local[*]`` by default: this machine). Exit status 0 when
 everything worked; a missing Java or a busy port is one sentence on stderr and status 1.
 """
 
@@ -56,6 +57,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tcp-port", type=int, default=4150, help="first embedded nsqd's TCP port")
     parser.add_argument(
         "--http-port", type=int, default=4151, help="first embedded nsqd's HTTP port"
+    )
+    parser.add_argument(
+        "--spark-master",
+        default="local[*]",
+        metavar="URL",
+        help="the master spark-submit runs the jobs on: the spark_default connection's host "
+        "(default local[*], this machine)",
     )
     parser.add_argument(
         "--verbose", action="store_true", help="show Airflow's and Spark's own logs"
@@ -218,12 +226,13 @@ def connection_ids(nsq: NSQ) -> list[str]:
     return [f"nsq_{i + 1}" for i in range(len(nsq.nsqds))]
 
 
-def configure_airflow(home: str, nsq: NSQ, verbose: bool) -> None:
+def configure_airflow(home: str, nsq: NSQ, verbose: bool, spark_master: str) -> None:
     """Environment for dag.test(); must happen before anything imports Airflow.
 
     ``nsq_default`` is the first nsqd plus the lookupd: the gate's sensor reads every
     nsqd the lookupd lists. ``nsq_1``, ``nsq_2`` are the nsqds, one each, for the
-    producer (a publisher writes to its own nsqd)."""
+    producer (a publisher writes to its own nsqd). ``spark_default``'s host is
+    ``spark_master``."""
     # With a lookupd the gates read each nsqd's /stats at the http_port it lists; a lone
     # nsqd needs its own http_port to be read without taking messages.
     default = f"nsq://{nsq.host}:{nsq.port}"
@@ -241,7 +250,7 @@ def configure_airflow(home: str, nsq: NSQ, verbose: bool) -> None:
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAG_FILE.parent),
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW_CONN_NSQ_DEFAULT": default,
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master}),
             # Spark's Python workers must be this interpreter (it has the provider).
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -252,6 +261,12 @@ def configure_airflow(home: str, nsq: NSQ, verbose: bool) -> None:
     )
     if not verbose:
         os.environ["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
+
+
+def spark_master() -> str:
+    """The master the Spark jobs run on: the ``spark_default`` connection's host, as
+    configure_airflow() set it (what the demo prints is what spark-submit is given)."""
+    return str(json.loads(os.environ["AIRFLOW_CONN_SPARK_DEFAULT"])["host"])
 
 
 def show_task_progress() -> None:
@@ -354,7 +369,7 @@ def run(args: argparse.Namespace) -> None:
                 "results_topic": f"pipeline.results{suffix}",
                 "done_topic": f"pipeline.done{suffix}",
             }
-            configure_airflow(home, nsq, args.verbose)
+            configure_airflow(home, nsq, args.verbose, args.spark_master)
 
             step(f"Creating the Airflow metadata DB in {home}")
             from airflow.utils import db
@@ -402,7 +417,7 @@ def run(args: argparse.Namespace) -> None:
             step(
                 "Gate DAG (about 30 s; spark-submit starts its own JVM): NSQSensor"
                 + (" (through nsqlookupd) -> " if nsq.lookupd_http else " -> ")
-                + "stage JSON Lines -> spark-submit (local[*]) -> "
+                + f"stage JSON Lines -> spark-submit ({spark_master()}) -> "
                 f"{topics['results_topic']} -> {topics['done_topic']}"
             )
             gated = run_dag(dags.gate_dag, {**topics, "channel": XCOM_CHANNEL})
@@ -456,7 +471,7 @@ def run(args: argparse.Namespace) -> None:
 
             step(
                 "Stream gate DAG (about 40 s): channel depth from /stats (nothing taken) -> "
-                "spark-submit: readStream.format('nsq'), availableNow, drains "
+                f"spark-submit ({spark_master()}): readStream.format('nsq'), availableNow, drains "
                 f"{topics['events_topic']}/{STREAM_CHANNEL} -> {topics['results_topic']}"
             )
             streamed = run_dag(stream_dags.stream_gate_dag, {**topics, "channel": STREAM_CHANNEL})

@@ -2,10 +2,15 @@
 
 ``[::1]:4150`` for IPv6 (brackets required when a port follows); a bare host takes the
 caller's default port. Used for nsqd TCP addresses, nsqd HTTP addresses and nsqlookupd
-HTTP addresses alike.
+HTTP addresses alike, one at a time (:func:`parse_address`) or as a list
+(:func:`parse_addresses`: a comma-separated string or a list of strings). An nsqd's TCP
+address is stored in one form, ``host:port`` (:func:`nsqd_tcp_address`,
+:func:`nsqd_tcp_addresses`), so the same nsqd written two ways is one nsqd.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from ..protocol.errors import NSQValueError
 
@@ -64,3 +69,47 @@ def parse_address(raw: object, default_port: int | None, what: str = "address") 
 def format_address(host: str, port: int) -> str:
     """``host:port``, with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_addresses(raw: object, what: str) -> list[str]:
+    """Addresses from a comma-separated string or a list of strings: each stripped,
+    empty ones dropped, in order, each once (the first stays). Each is kept as written;
+    :func:`nsqd_tcp_addresses` also parses and normalises them.
+
+    :param raw: ``"a:4150, b:4150"`` or ``["a:4150", "b:4150"]``.
+    :param what: what the list is, for errors (``"lookupd_http_addresses"``).
+    :raises NSQValueError: naming ``what`` when ``raw`` or an entry is not text.
+    """
+    if isinstance(raw, str):
+        items: Iterable[object] = raw.split(",")
+    elif isinstance(raw, (list, tuple)):
+        items = raw
+    else:
+        raise NSQValueError(f"{what} must be a comma-separated string or a list, got {raw!r}")
+    out: dict[str, None] = {}
+    for item in items:
+        if not isinstance(item, str):
+            raise NSQValueError(f"{what} entries must be strings, got {item!r}")
+        if item.strip():
+            out[item.strip()] = None
+    return list(out)
+
+
+def nsqd_tcp_address(raw: object, what: str = "nsqd TCP address") -> str:
+    """One nsqd's TCP address as stored: ``host:port`` (``[v6]:port``; a bare host means
+    nsqd's port 4150).
+
+    :raises NSQValueError: naming ``what`` and the text.
+    """
+    return format_address(*parse_address(raw, DEFAULT_NSQD_TCP_PORT, what))
+
+
+def nsqd_tcp_addresses(raw: object, what: str = "nsqd_tcp_addresses") -> list[str]:
+    """nsqds' TCP addresses (:func:`parse_addresses`), each as :func:`nsqd_tcp_address`
+    stores it, in order, each nsqd once however it was written (``nsqd`` and
+    ``nsqd:4150`` are one).
+
+    :raises NSQValueError: naming ``what`` (``"<what> entry"`` for a bad entry).
+    """
+    entries = parse_addresses(raw, what)
+    return list(dict.fromkeys(nsqd_tcp_address(e, f"{what} entry") for e in entries))

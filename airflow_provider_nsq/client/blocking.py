@@ -2,12 +2,16 @@
 
 Safe for plain scripts, Airflow tasks, forked workers and Spark executors: no threads, no
 event loop. Not thread-safe: use one connection per thread.
+
+A publish is one write and, usually, one read: the reply is taken by the protocol
+object's ``take_ok`` when the read is exactly nsqd's ``OK``, with no frame or event made
+for it; anything else goes through the full dispatch. The socket's waits are bounded as
+:mod:`.blocking_socket` says.
 """
 
 from __future__ import annotations
 
 import logging
-import select
 import socket
 import ssl
 import time
@@ -15,26 +19,178 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..protocol.connection import ClientConnection, ConnectionState
+from ..protocol.constants import OK
 from ..protocol.errors import (
     NSQConnectionClosedError,
     NSQConnectionError,
     NSQError,
     NSQTimeoutError,
 )
+from .answering import AnsweringDriver
+from .blocking_socket import BlockingSocket, connect_tcp
 from .config import ClientConfig
-from .driver import CLOSED_STATES as _CLOSED_STATES
-from .driver import DriverBase
+from .driver import CLOSED_STATES, mpub_failed, queue_mpub
 from .io_errors import describe_tls_error, map_exceptions
 from .message import NSQMessage
 from .tls import build_ssl_context
-from .window import Window
 
 log = logging.getLogger(__name__)
 
-_RECV_SIZE = 256 * 1024
+#: How long a :meth:`NSQConnection.prepare_publish` check stands for the publish after it.
+_PREPARED_FOR_S = 0.001
+_HANDSHAKING = ConnectionState.HANDSHAKING
 
 
-class NSQConnection(DriverBase[list[NSQMessage]]):
+class BlockingIO(AnsweringDriver):
+    """The blocking driver's I/O: one socket (:class:`BlockingSocket`), the writes of what
+    the core queued, the reads and their dispatch, and the wait for a command's reply.
+    Every wait is bounded; a reply that does not come drops the connection."""
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        super().__init__(config)
+        self._io: BlockingSocket | None = None
+        self._replies: deque[bytes] = deque()
+
+    # -- for a selector over many connections (the consumer) -------------------------
+
+    def fileno(self) -> int:
+        """The socket's file descriptor (-1 when not connected)."""
+        return self._io.fileno() if self._io is not None else -1
+
+    @property
+    def has_buffered_input(self) -> bool:
+        """TLS bytes already decrypted and not yet read: the socket will not show them
+        as readable, so a selector would miss them."""
+        return self._io is not None and self._io.has_buffered_input
+
+    def read_available(self) -> bool:
+        """Read what has arrived, without waiting, and act on it (answer heartbeats, keep
+        messages for :meth:`take_messages`, record nsqd's close). False when nothing had
+        arrived. Invalid bytes are recorded as the failure and raised."""
+        return self._read_once(0)
+
+    # -- I/O -----------------------------------------------------------------------
+
+    def _teardown(self) -> None:
+        self._reset_state()
+        io = self._io
+        if io is not None:
+            self._io = None
+            io.close()
+        self._replies.clear()
+
+    def _wait_reply(self, command: str) -> bytes:
+        """nsqd's reply to ``command``, the oldest command waiting for one."""
+        replies = self._replies
+        if not replies:
+            if self._failure is not None:
+                raise self._failure
+            timeout = self.config.read_timeout
+            deadline = time.monotonic() + timeout
+            remaining = timeout
+            # Usually one read brings the reply and nothing else.
+            while self._read_once(remaining) and not replies:
+                self._raise_failure(command)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+            if not replies:
+                # A late reply would be matched to the next command: drop the connection.
+                self._teardown()
+                raise NSQTimeoutError(
+                    f"nsqd at {self.config.address} did not answer {command} within {timeout:g}s"
+                )
+        return replies.popleft()
+
+    def _raise_failure(self, doing: str) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._core is None or self._core.state in CLOSED_STATES:
+            raise NSQConnectionClosedError(
+                f"the connection to nsqd at {self.config.address} closed during {doing}"
+            )
+
+    def _flush(self) -> None:
+        core = self._core
+        if core is None:
+            return
+        data = core.data_to_send()
+        if not data:
+            return
+        io = self._io
+        assert io is not None
+        try:
+            io.send_all(data, self.config.read_timeout)
+        except TimeoutError:
+            # nsqd stopped reading (it may have answered first: say so if it did).
+            unsent = io.unsent
+            self._read_answer(0)
+            self._teardown()
+            raise NSQTimeoutError(
+                f"nsqd at {self.config.address} stopped reading: {unsent} bytes of output "
+                f"unsent after {self.config.read_timeout:g}s without progress"
+            ) from None
+        except OSError as exc:
+            # nsqd may have refused the command and closed while we were still writing
+            # (it checks a body's size before reading it: tests/conformance/transcripts/
+            # FACTS.md section 3): its error frame is probably waiting to be read.
+            self._read_answer(0.5)
+            raise NSQConnectionClosedError(
+                f"connection to nsqd at {self.config.address} broke while writing: "
+                f"{exc.strerror or exc}"
+            ) from None
+        self._last_write = time.monotonic()
+
+    def _read_answer(self, timeout: float) -> None:
+        """After a failed write: read what nsqd sent before it stopped (its error frame)
+        and raise that failure if there is one."""
+        try:
+            while self._core is not None and self._core.state not in CLOSED_STATES:
+                if not self._read_once(timeout):
+                    break
+        except NSQError:
+            pass
+        if self._failure is not None:
+            raise self._failure from None
+
+    def _read_once(self, timeout: float) -> bool:
+        """Read once (waiting up to ``timeout``) and handle what came; False on timeout."""
+        io = self._io
+        core = self._core
+        if io is None or core is None:
+            return False
+        try:
+            n = io.recv(timeout)
+        except ssl.SSLError as exc:
+            self._fail(describe_tls_error(self._peer, exc))
+            n = 0
+        except OSError:
+            n = 0  # reset: same as EOF after whatever was already read
+        if n < 0:
+            return False
+        if n:
+            self.last_received = time.monotonic()
+        # A reply and nothing else, the usual read of a publisher (an OK frame is 10
+        # bytes: a consumer's reads skip the call).
+        if n == 10 and core.take_ok(io.buffer, n):
+            self._replies.append(OK)
+            return True
+        self._receive(io.view[:n] if n else b"")
+        return True
+
+    def _reply_arrived(self, data: bytes) -> None:
+        self._replies.append(data)
+
+    def _start_tls(self) -> None:
+        assert self._io is not None and self._core is not None
+        cfg = self.config
+        context = build_ssl_context(cfg)
+        with map_exceptions(self._peer, "upgrade to TLS with", cfg.connect_timeout, tls=True):
+            self._io.start_tls(context, cfg.tls_server_name or cfg.host, cfg.connect_timeout)
+        self._core.tls_established()
+
+
+class NSQConnection(BlockingIO):
     """A blocking connection to one nsqd.
 
     Publishing methods return only after nsqd's ``OK`` and raise :class:`NSQServerError`
@@ -45,17 +201,12 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
 
     def __init__(self, config: ClientConfig | None = None) -> None:
         super().__init__(config)
-        self._sock: socket.socket | None = None
-        self._replies: deque[bytes] = deque()
-        self._timeout: float | None = None  # the socket's current timeout (a syscall to set)
-        self._recv_buffer = bytearray(_RECV_SIZE)
-        self._recv_view = memoryview(self._recv_buffer)
-        self._unsent = 0  # bytes of the current write not yet taken by the socket
+        self._prepared_at = float("-inf")  # when prepare_publish() last checked
 
     # -- lifecycle -----------------------------------------------------------------
 
     def __enter__(self) -> NSQConnection:
-        if self._sock is None:
+        if self._io is None:
             self.connect()
         return self
 
@@ -69,13 +220,16 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         cfg = self.config
         deadline = time.monotonic() + cfg.connect_timeout
         with map_exceptions(self._peer, "connect to", cfg.connect_timeout):
-            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.connect_timeout)
+            sock = connect_tcp(cfg.host, cfg.port, cfg.connect_timeout)
         try:
-            self.start_handshake(sock)
-            while not self.handshake_done:
+            core = self._begin_handshake(sock)
+            while core.state is _HANDSHAKING:
                 if not self._read_once(deadline - time.monotonic()):
                     raise self.handshake_timeout()
+                self._raise_failure("the handshake")
         except BaseException:
+            if self._io is None:
+                sock.close()
             self._teardown()
             raise
         return self
@@ -91,10 +245,15 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         it, waits on this socket (bounded by ``connect_timeout``)."""
         self._teardown()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock = sock
-        self._timeout = sock.gettimeout()
-        self._new_core().initiate()
+        self._begin_handshake(sock)
+
+    def _begin_handshake(self, sock: socket.socket) -> ClientConnection:
+        """Wrap ``sock`` (connected, Nagle off) and send the handshake's opening."""
+        self._io = BlockingSocket(sock)
+        core = self._new_core()
+        core.initiate()
         self._flush()
+        return core
 
     @property
     def handshake_done(self) -> bool:
@@ -112,34 +271,24 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         )
 
     def close(self) -> None:
-        """Close the connection. Messages still held unanswered are REQ'd first (when
+        """Close the connection. Messages delivered and not taken are REQ'd first (when
         the connection is alive) so nsqd redelivers them at once, not after msg_timeout."""
         self._requeue_unanswered()
         self._teardown()
-
-    def _teardown(self) -> None:
-        self._reset_state()
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-        self._sock = None
-        self._replies.clear()
 
     # -- publishing ----------------------------------------------------------------
 
     def publish(self, topic: str, body: bytes) -> None:
         """PUB one message; returns after nsqd's OK."""
-        core = self._prepare_publish()
-        core.pub(topic, body)
-        self._request("PUB")
+        self._publisher().pub(topic, body)
+        self._flush()
+        self._wait_reply("PUB")
 
     def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
         """DPUB: nsqd delivers the message ``delay_ms`` after it is published."""
-        core = self._prepare_publish()
-        core.dpub(topic, delay_ms, body)
-        self._request("DPUB")
+        self._publisher().dpub(topic, delay_ms, body)
+        self._flush()
+        self._wait_reply("DPUB")
 
     def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
         """MPUB ``bodies`` in as few frames as fit nsqd's limits; returns the frame count.
@@ -147,35 +296,43 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         Every body is checked before anything is sent. The frames are pipelined; if nsqd
         refuses one, the error says how many frames (and messages) it had accepted.
         """
-        counts = self._queue_mpub(self._prepare_publish(), topic, bodies)
+        counts = queue_mpub(self._publisher(), topic, bodies)
         self._flush()
         for done in range(len(counts)):
             try:
                 self._wait_reply("MPUB")
             except NSQError as exc:
-                raise self._mpub_failed(exc, done, counts) from exc if done else None
+                raise mpub_failed(exc, done, counts) from exc if done else None
         return len(counts)
 
     def prepare_publish(self) -> None:
         """Make the connection ready for the next publish without sending anything:
         answer the heartbeats waiting, and reopen it when nsqd closed it or it sat idle
-        past nsqd's heartbeat deadline. Raises what reopening raises."""
-        self._prepare_publish()
+        past nsqd's heartbeat deadline. Raises what reopening raises. A publish that
+        follows at once trusts this check instead of making its own."""
+        self._publisher()
+        self._prepared_at = time.monotonic()
 
-    def _prepare_publish(self) -> ClientConnection:
+    def _publisher(self) -> ClientConnection:
+        """The core to publish on, after the checks of :meth:`prepare_publish`."""
         core = self._core
-        if core is None or core.state in _CLOSED_STATES:
+        if core is None or core.state in CLOSED_STATES:
             return self._reopen("the connection is closed")
+        now = time.monotonic()
         limit = self._idle_limit
-        if limit is not None and time.monotonic() - self._last_write >= limit:
+        if limit is not None and now - self._last_write >= limit:
             # nsqd drops a client it has not heard from for two heartbeat intervals; a
             # write now could land on a closed socket and be lost. Decided before reading,
             # because a NOP sent while draining proves nothing about nsqd having read it.
             return self._reopen("the connection was idle past nsqd's heartbeat deadline")
+        if now - self._prepared_at < _PREPARED_FOR_S:
+            self._prepared_at = float("-inf")  # one publish per check
+            return core
+        io = self._io
         try:
             # Read what is waiting without blocking: heartbeats to answer, or nsqd's close.
-            while self._readable() and self._read_once(0):
-                if core.state in _CLOSED_STATES:
+            while io is not None and io.readable() and self._read_once(0):
+                if core.state in CLOSED_STATES:
                     return self._reopen("nsqd closed the connection")
         except NSQConnectionError as exc:
             return self._reopen(str(exc))
@@ -196,10 +353,10 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
 
     def subscribe(self, topic: str, channel: str) -> None:
         """SUB to ``topic``/``channel``; returns after nsqd's OK. Once per connection."""
-        core = self._require_core()
-        core.sub(topic, channel)
+        self._require_core().sub(topic, channel, self._message_class())
         self._subscribed = True
-        self._request("SUB")
+        self._flush()
+        self._wait_reply("SUB")
 
     def read_messages(self, timeout: float | None = None) -> list[NSQMessage]:
         """Wait up to ``timeout`` seconds (None: ``read_timeout``) for messages; return
@@ -219,172 +376,12 @@ class NSQConnection(DriverBase[list[NSQMessage]]):
         (not subscribed yet); raises nsqd's refusal, e.g. ``E_INVALID cannot NOP in
         current state (TLS required)``. See :meth:`ClientConnection.ping`."""
         self._require_core().ping()
-        self._request("PING")
+        self._flush()
+        self._wait_reply("PING")
 
     def start_close(self) -> None:
         """CLS: nsqd stops delivering (RDY 0) and answers CLOSE_WAIT; messages already
         in flight can still be FIN'd or REQ'd. Returns after CLOSE_WAIT."""
         self._require_core().cls()
-        self._request("CLS")
-
-    # -- for a selector over many connections (the consumer) -------------------
-
-    def fileno(self) -> int:
-        """The socket's file descriptor (-1 when not connected)."""
-        return self._sock.fileno() if self._sock is not None else -1
-
-    @property
-    def has_buffered_input(self) -> bool:
-        """TLS bytes already decrypted and not yet read: the socket will not show them
-        as readable, so a selector would miss them."""
-        sock = self._sock
-        return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
-
-    def read_available(self) -> bool:
-        """Read what has arrived, without waiting, and act on it (answer heartbeats, keep
-        messages for :meth:`take_messages`, record nsqd's close). False when nothing had
-        arrived. Invalid bytes are recorded as the failure and raised."""
-        return self._read_once(0)
-
-    def _run_window(self, window: Window) -> list[NSQMessage]:
-        self.subscribe(window.topic, window.channel)
-        self.ready(window.max_messages)
-        for remaining in window.waits():
-            window.got.extend(self.read_messages(remaining))
-        self.start_close()
-        if self._readable():  # stragglers nsqd sent before it processed CLS
-            self._read_once(0)
-        return self._end_window(window)
-
-    # -- I/O -----------------------------------------------------------------------
-
-    def _request(self, command: str) -> bytes:
         self._flush()
-        return self._wait_reply(command)
-
-    def _wait_reply(self, command: str) -> bytes:
-        deadline = time.monotonic() + self.config.read_timeout
-        while True:
-            if self._replies:
-                return self._replies.popleft()
-            self._raise_failure(command)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._read_once(remaining):
-                # A late reply would be matched to the next command: drop the connection.
-                self._teardown()
-                raise NSQTimeoutError(
-                    f"nsqd at {self.config.address} did not answer {command} within "
-                    f"{self.config.read_timeout:g}s"
-                )
-
-    def _raise_failure(self, doing: str) -> None:
-        if self._failure is not None:
-            raise self._failure
-        if self._core is None or self._core.state in _CLOSED_STATES:
-            raise NSQConnectionClosedError(
-                f"the connection to nsqd at {self.config.address} closed during {doing}"
-            )
-
-    def _flush(self) -> None:
-        core = self._core
-        if core is None:
-            return
-        data = core.data_to_send()
-        if not data:
-            return
-        assert self._sock is not None
-        try:
-            self._send(self._sock, data)
-        except TimeoutError:
-            # nsqd stopped reading (it may have answered first: say so if it did).
-            unsent = self._unsent
-            self._read_answer(0)
-            self._teardown()
-            raise NSQTimeoutError(
-                f"nsqd at {self.config.address} stopped reading: {unsent} bytes of output "
-                f"unsent after {self.config.read_timeout:g}s without progress"
-            ) from None
-        except OSError as exc:
-            # nsqd may have refused the command and closed while we were still writing
-            # (it checks a body's size before reading it: tests/conformance/transcripts/
-            # FACTS.md section 3): its error frame is probably waiting to be read.
-            self._read_answer(0.5)
-            raise NSQConnectionClosedError(
-                f"connection to nsqd at {self.config.address} broke while writing: "
-                f"{exc.strerror or exc}"
-            ) from None
-        self._last_write = time.monotonic()
-
-    def _send(self, sock: socket.socket, data: bytes) -> None:
-        """Write all of ``data``, waiting up to ``read_timeout`` for each step of
-        progress (unlike ``sendall``, whose timeout bounds the whole write: a large body
-        on a slow link is not a stalled nsqd)."""
-        self._set_timeout(sock, self.config.read_timeout)
-        view = memoryview(data)
-        while view:
-            self._unsent = len(view)
-            view = view[sock.send(view) :]
-        self._unsent = 0
-
-    def _read_answer(self, timeout: float) -> None:
-        """After a failed write: read what nsqd sent before it stopped (its error frame)
-        and raise that failure if there is one."""
-        try:
-            while self._core is not None and self._core.state not in _CLOSED_STATES:
-                if not self._read_once(timeout):
-                    break
-        except NSQError:
-            pass
-        if self._failure is not None:
-            raise self._failure from None
-
-    def _readable(self) -> bool:
-        sock = self._sock
-        if sock is None:
-            return False
-        if isinstance(sock, ssl.SSLSocket) and sock.pending():
-            return True
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):
-            return True  # let the read report what is wrong
-        return bool(readable)
-
-    def _set_timeout(self, sock: socket.socket, timeout: float) -> None:
-        if timeout != self._timeout:  # each settimeout is a syscall
-            sock.settimeout(timeout)
-            self._timeout = timeout
-
-    def _read_once(self, timeout: float) -> bool:
-        """Read once (waiting up to ``timeout``) and handle the events; False on timeout."""
-        sock = self._sock
-        core = self._core
-        if sock is None or core is None:
-            return False
-        try:
-            self._set_timeout(sock, max(timeout, 0.0))
-            # One buffer per connection: recv() would allocate (and free) 256 KiB per read.
-            n = sock.recv_into(self._recv_buffer)
-        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
-            return False
-        except ssl.SSLError as exc:
-            self._fail(describe_tls_error(self._peer, exc))
-            n = 0
-        except OSError:
-            n = 0  # reset: same as EOF after whatever was already read
-        self._receive(self._recv_view[:n] if n else b"")
-        return True
-
-    def _reply_arrived(self, data: bytes) -> None:
-        self._replies.append(data)
-
-    def _start_tls(self) -> None:
-        assert self._sock is not None and self._core is not None
-        cfg = self.config
-        context = build_ssl_context(cfg)
-        with map_exceptions(self._peer, "upgrade to TLS with", cfg.connect_timeout, tls=True):
-            self._set_timeout(self._sock, cfg.connect_timeout)
-            self._sock = context.wrap_socket(
-                self._sock, server_hostname=cfg.tls_server_name or cfg.host
-            )
-        self._core.tls_established()
+        self._wait_reply("CLS")

@@ -13,7 +13,6 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from .. import __version__
 from ..protocol.constants import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_MAX_BODY_SIZE,
@@ -25,8 +24,9 @@ from ..protocol.constants import (
     MIN_OUTPUT_BUFFER_TIMEOUT_MS,
 )
 from ..protocol.errors import NSQSettingError
+from ..version import __version__
 from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
-from .setting_fields import EXTRA, NOWHERE, READ, WRITE, check_fields, setting
+from .setting_fields import check_fields, setting
 
 Compression = Literal["none", "snappy", "deflate"]
 COMPRESSIONS: tuple[str, ...] = get_args(Compression)
@@ -52,14 +52,14 @@ class ClientConfig:
     ``None`` for a negotiable value means "nsqd's default" and leaves it out of IDENTIFY.
 
     Each field is described once, in its ``metadata`` (:mod:`.setting_fields`): its checks
-    here, the connection form and its extras, and the Spark data source's options all come
-    from that description. A field added here with ``sources`` left as they are is a
-    connection extra, a form field and an option of both Spark option sets at once.
+    here, and every place users write settings (each a
+    :class:`~.setting_fields.SettingSource`, described by its caller), come from that
+    description. A field added here is taken by every such place that does not refuse it.
     """
 
     host: str = field(
         default="127.0.0.1",
-        metadata=setting("nsqd host", "nsqd's host name or IP address.", sources=NOWHERE),
+        metadata=setting("nsqd host", "nsqd's host name or IP address.", code_only=True),
     )
     port: int = field(
         default=DEFAULT_NSQD_TCP_PORT,
@@ -69,7 +69,7 @@ class ClientConfig:
             kind="integer",
             minimum=1,
             maximum=65535,
-            sources=NOWHERE,
+            code_only=True,
         ),
     )
     auth_secret: str | None = field(
@@ -77,9 +77,7 @@ class ClientConfig:
         repr=False,
         metadata=setting(
             "AUTH secret",
-            "The secret sent with AUTH when nsqd runs with --auth-http-address "
-            "(an Airflow connection's password).",
-            sources=frozenset({WRITE, READ}),
+            "The secret sent with AUTH when nsqd runs with --auth-http-address.",
             secret=True,
         ),
     )
@@ -167,8 +165,6 @@ class ClientConfig:
             kind="integer",
             minimum=MIN_MSG_TIMEOUT_MS,
             special={0: "nsqd's default"},
-            sources=frozenset({EXTRA, READ}),
-            refused={WRITE: "it only applies to consumers; the nsq data source only publishes"},
         ),
     )
     client_id: str = field(
@@ -218,21 +214,16 @@ class ClientConfig:
             "nsqd's --max-req-timeout (3600000); longer DPUB delays are refused before sending.",
             kind="integer",
             minimum=1,
-            sources=frozenset({EXTRA}),
-            refused={
-                WRITE: "it only limits DPUB and REQ delays; the data source uses MPUB",
-                READ: "the stream reader only REQs without delay",
-            },
         ),
     )
     # Set from code only: what IDENTIFY says about the client, and nsqd's delivery tuning.
     hostname: str = field(
         default_factory=_default_hostname,
-        metadata=setting("Host name", "Sent in IDENTIFY.", sources=NOWHERE),
+        metadata=setting("Host name", "Sent in IDENTIFY.", code_only=True),
     )
     user_agent: str = field(
         default=DEFAULT_USER_AGENT,
-        metadata=setting("User agent", "Sent in IDENTIFY.", sources=NOWHERE),
+        metadata=setting("User agent", "Sent in IDENTIFY.", code_only=True),
     )
     feature_negotiation: bool = field(
         default=True,
@@ -240,7 +231,7 @@ class ClientConfig:
             "Feature negotiation",
             "Ask nsqd for its settings in IDENTIFY (TLS and compression need it).",
             kind="boolean",
-            sources=NOWHERE,
+            code_only=True,
         ),
     )
     output_buffer_size: int | None = field(
@@ -251,7 +242,7 @@ class ClientConfig:
             kind="integer",
             minimum=MIN_OUTPUT_BUFFER_SIZE,
             special={-1: "unbuffered", 0: "nsqd's default"},
-            sources=NOWHERE,
+            code_only=True,
         ),
     )
     output_buffer_timeout_ms: int | None = field(
@@ -262,7 +253,7 @@ class ClientConfig:
             kind="integer",
             minimum=MIN_OUTPUT_BUFFER_TIMEOUT_MS,
             special={-1: "off", 0: "nsqd's default"},
-            sources=NOWHERE,
+            code_only=True,
         ),
     )
     sample_rate: int | None = field(
@@ -273,7 +264,7 @@ class ClientConfig:
             kind="integer",
             minimum=0,
             maximum=99,
-            sources=NOWHERE,
+            code_only=True,
         ),
     )
 

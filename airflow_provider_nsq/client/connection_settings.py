@@ -1,11 +1,11 @@
 """``ConnectionSettings``: all an NSQ connection says, read from users in one place.
 
-An Airflow connection of type ``nsq`` (or a set of the Spark data source's options)
-names more than one nsqd connection needs: the :class:`~.config.ClientConfig` every
-connection shares, the nsqds a publisher fails over along and consumers read, the
-nsqlookupds that find them, and nsqd's HTTP API. Each of those is a described setting
-(:mod:`.setting_fields`), so the connection's extras, the connection form and the Spark
-options are all read, checked and listed from the same descriptions.
+A connection's settings name more than one nsqd connection needs: the
+:class:`~.config.ClientConfig` every connection shares, the nsqds a publisher fails over
+along and consumers read, the nsqlookupds that find them, nsqd's HTTP API and nsqadmin.
+Each of those is a described setting (:mod:`.setting_fields`), so every place users write
+them (a :class:`~.setting_fields.SettingSource`, described by the caller that reads it)
+reads, checks and lists them from the same descriptions.
 """
 
 from __future__ import annotations
@@ -16,26 +16,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..protocol.errors import NSQSettingError
-from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from .address import nsqd_tcp_address
 from .config import ClientConfig
 from .lookupd import parse_lookupd_address
 from .nsqd_http import NSQDHTTPClient
-from .setting_fields import (
-    EXTRA,
-    READ,
-    WRITE,
-    Setting,
-    Source,
-    check_fields,
-    read_settings,
-    setting,
-    settings_of,
-)
+from .setting_fields import Setting, SettingSource, check_fields, setting, settings_of
 
 
-def nsqd_tcp_address(raw: str) -> str:
-    """An nsqd TCP address as stored: ``host:port`` (a bare host means port 4150)."""
-    return format_address(*parse_address(raw, DEFAULT_NSQD_TCP_PORT, "entry"))
+def _nsqd_tcp_entry(raw: str) -> str:
+    """An entry of ``nsqd_tcp_addresses`` as stored: ``host:port`` (a bare host means
+    port 4150)."""
+    return nsqd_tcp_address(raw, "entry")
 
 
 def lookupd_http_address(raw: str) -> str:
@@ -44,20 +35,9 @@ def lookupd_http_address(raw: str) -> str:
     return raw.strip()
 
 
-_TCP_ONLY = "the data source speaks nsqd's TCP protocol only"
-
-
 def _http_api_port(label: str, doc: str) -> dict[str, Setting]:
-    """The metadata of a port of nsqd's HTTP API: a connection extra only."""
-    return setting(
-        label,
-        doc,
-        kind="integer",
-        minimum=1,
-        maximum=65535,
-        sources=frozenset({EXTRA}),
-        refused={WRITE: _TCP_ONLY, READ: _TCP_ONLY},
-    )
+    """The metadata of a port of nsqd's HTTP API."""
+    return setting(label, doc, kind="integer", minimum=1, maximum=65535)
 
 
 @dataclass(frozen=True)
@@ -77,7 +57,7 @@ class ConnectionSettings:
             "fails over to the next one that accepts a connection; without nsqlookupd, "
             "consumers read from all of them.",
             kind="addresses",
-            convert=nsqd_tcp_address,
+            convert=_nsqd_tcp_entry,
             placeholder="nsqd-2:4150,nsqd-3:4150",
         ),
     )
@@ -90,11 +70,6 @@ class ConnectionSettings:
             "they list.",
             kind="addresses",
             convert=lookupd_http_address,
-            sources=frozenset({EXTRA, READ}),
-            refused={
-                WRITE: "the writer publishes to nsqds, not through nsqlookupd: set option "
-                "'nsqd' (and 'nsqd_tcp_addresses' to spread partitions over more nsqds)"
-            },
             placeholder="lookupd-1:4161,lookupd-2:4161",
         ),
     )
@@ -123,7 +98,6 @@ class ConnectionSettings:
             "Base URL of nsqadmin (NSQ's web console), e.g. http://nsqadmin:4171. Tasks then "
             "link to the page of the topic (and channel) they used.",
             pattern=r"^https?://[^/?#\s]+",
-            sources=frozenset({EXTRA}),  # Airflow's task links only: no Spark option
             placeholder="http://nsqadmin:4171",
         ),
     )
@@ -138,7 +112,9 @@ class ConnectionSettings:
         return {**settings_of(ClientConfig), **settings_of(ConnectionSettings)}
 
     @classmethod
-    def read(cls, given: Mapping[str, object], source: Source, **fixed: Any) -> ConnectionSettings:
+    def read(
+        cls, given: Mapping[str, object], source: SettingSource, **fixed: Any
+    ) -> ConnectionSettings:
         """The settings users wrote in ``source`` (name -> value as written; blank means
         not set), on top of ``fixed`` client fields (the connection's host, port and
         password, which are not written as settings).
@@ -146,7 +122,7 @@ class ConnectionSettings:
         :raises NSQSettingError: naming the setting that is unknown, refused, or bad
             (alone, or with another it must go with).
         """
-        values = read_settings(cls.described(), given, source)
+        values = source.read(cls.described(), given)
         own = {f.name for f in fields(cls)}
         client = {k: v for k, v in values.items() if k not in own}
         try:

@@ -1,26 +1,25 @@
-"""What the blocking and asyncio drivers share: the protocol core they pump, one dispatch
-of its events, the failure they record, the messages they hold, and the synchronous half
-of the API (RDY, FIN, REQ, TOUCH, NOP and the connection's properties).
+"""What the blocking and asyncio drivers share about one connection: the protocol object
+they pump (``_core``, a :class:`ClientConnection`), one dispatch of what it reads, the
+failure they record, and what the connection negotiated.
 
-A driver adds only its I/O: ``_flush`` (write what the core queued), ``_start_tls``
-(wrap the transport), ``_teardown`` (drop the transport) and how a caller waits
-(``_reply_arrived`` / ``_messages_arrived`` tell it that something came).
+The layers of a driver, each one concern:
 
-What an owner of many connections (the consumer) reads of one is public and small,
-in the spirit of go-nsq's connection delegate: :meth:`DriverBase.take_messages`,
-:attr:`~DriverBase.messages_waiting`, :attr:`~DriverBase.in_flight`,
-:attr:`~DriverBase.failure`, :attr:`~DriverBase.alive`, :attr:`~DriverBase.has_news`,
-the :attr:`~DriverBase.on_wake`
-callback and :meth:`~DriverBase.abort`; the blocking driver adds ``fileno()`` and
-``read_available()`` for a selector.
+- :class:`DriverBase` (here): the protocol object, input, failure, negotiated settings;
+- :class:`~.answering.AnsweringDriver`: the messages delivered and their answers (RDY,
+  FIN, REQ, TOUCH): what an owner of many connections (the consumer) reads of one;
+- :class:`~.blocking.NSQConnection` / :class:`~.aio.AsyncNSQConnection`: the I/O,
+  connecting, publishing and waiting for replies, each in its own way.
+
+A driver supplies only its I/O: ``_flush`` (write what the core queued), ``_start_tls``
+(wrap the transport), ``_teardown`` (drop the transport) and ``_reply_arrived`` (nsqd
+answered the oldest command waiting).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from ..protocol.connection import (
     HANDSHAKE_REPLIES,
@@ -40,13 +39,11 @@ from ..protocol.errors import (
     NSQValueError,
 )
 from .config import ClientConfig
-from .message import Answer, NSQMessage, bound_message_class
-from .window import AckMode, Window, check_window, settle_window
+from .message import NSQMessage
 
 log = logging.getLogger(__name__)
 
 CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
-ANSWERING_STATES = (ConnectionState.SUBSCRIBED, ConnectionState.CLOSING)
 
 
 def idle_limit_s(config: ClientConfig) -> float | None:
@@ -69,29 +66,39 @@ def with_context(exc: NSQError, suffix: str) -> NSQError:
     return type(exc)(f"{exc} {suffix}")
 
 
-# What ``consume`` returns: the messages (blocking), or a coroutine of them (asyncio).
-WindowResult = TypeVar("WindowResult")
+def queue_mpub(core: ClientConnection, topic: str, bodies: Iterable[bytes]) -> list[int]:
+    """Queue ``bodies`` as as few MPUB frames as fit; each frame's message count."""
+    counts = core.mpub_split(topic, bodies)
+    if not counts:
+        raise NSQValueError("multi_publish needs at least one message")
+    return counts
 
 
-class DriverBase(Generic[WindowResult]):
-    """Base of :class:`NSQConnection` and :class:`AsyncNSQConnection`."""
+def mpub_failed(exc: NSQError, done: int, counts: Sequence[int]) -> NSQError:
+    """The error to raise when MPUB frame ``done`` failed: it says what nsqd took."""
+    if not done:
+        return exc
+    accepted = f"{done} MPUB frames with {sum(counts[:done])} messages"
+    return with_context(exc, f"(nsqd had accepted {accepted} before)")
+
+
+class DriverBase:
+    """The protocol object of one connection to nsqd and what comes in on it."""
 
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
         self._core: ClientConnection | None = None
         self._messages: list[NSQMessage] = []  # delivered, not yet handed to the caller
-        self._held: list[NSQMessage] = []  # handed out by a manual window, maybe unanswered
         self._failure: NSQError | None = None
         self._in_flight = 0  # delivered on the current connection, not yet FIN'd or REQ'd
         self._subscribed = False
         self._last_write = 0.0
         self._idle_limit = idle_limit_s(self.config)
-        # Messages decode straight into a class that knows this connection.
-        self._message_class = bound_message_class(self)
         self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
         self.connects = 0  # how many times a TCP connection was opened
-        #: When nsqd was last heard from (``time.monotonic()``; any bytes, heartbeats
-        #: included; 0.0: never): an owner tells a quiet nsqd from a silent one.
+        #: When nsqd was last heard from (``time.monotonic()``; any bytes, heartbeats and
+        #: OK fast paths included; 0.0: never), set by each driver's read: an owner
+        #: tells a quiet nsqd from a silent one.
         self.last_received = 0.0
         #: Called (no arguments) when messages arrive or the connection fails: an owner
         #: waiting on several connections learns there is something to look at.
@@ -133,7 +140,7 @@ class DriverBase(Generic[WindowResult]):
     def max_rdy_count(self) -> int:
         return self._require_core().max_rdy_count
 
-    # -- what an owner of the connection reads ------------------------------------------
+    # -- how it ended ---------------------------------------------------------------
 
     @property
     def failure(self) -> NSQError | None:
@@ -146,139 +153,30 @@ class DriverBase(Generic[WindowResult]):
         core = self._core  # not self.connected: an owner asks this on every wait
         return self._failure is None and core is not None and core.state not in CLOSED_STATES
 
-    @property
-    def has_news(self) -> bool:
-        """Something for the owner to look at: messages to take, or the connection is no
-        longer :attr:`alive`."""
-        core = self._core
-        return (
-            bool(self._messages)
-            or self._failure is not None
-            or core is None
-            or core.state in CLOSED_STATES
-        )
-
-    @property
-    def in_flight(self) -> int:
-        """Messages delivered on this connection and not yet FIN'd or REQ'd (taken or
-        not): what nsqd counts against this connection's RDY."""
-        return self._in_flight
-
-    @property
-    def messages_waiting(self) -> int:
-        """Messages delivered and not yet taken (:meth:`take_messages`)."""
-        return len(self._messages)
-
-    def take_messages(self) -> list[NSQMessage]:
-        """The messages delivered and not yet taken; the caller owns them now (they stay
-        in flight until answered)."""
-        messages = self._messages
-        self._messages = []
-        return messages
-
     def abort(self) -> None:
         """Drop the connection at once, without answering anything: nsqd redelivers what
         it had in flight here after its msg_timeout. For a connection that already
-        failed; :meth:`close` is the orderly way."""
+        failed; ``close()`` is the orderly way."""
         self._teardown()
 
-    # -- commands without a reply ---------------------------------------------------
+    def _fail(self, error: NSQError) -> None:
+        """The connection failed with ``error``; the first failure is the one reported."""
+        if self._failure is None:
+            self._failure = error
+        if self.on_wake is not None:
+            self.on_wake()
 
-    def ready(self, count: int) -> None:
-        """RDY: how many messages may be in flight to this connection at once."""
-        self._require_core().rdy(count)
-        self._flush()
-
-    def finish(self, *messages: NSQMessage) -> None:
-        """FIN messages (one write for all of them)."""
-        self._respond_all(messages, "FIN")
-        self._flush()
-
-    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None:
-        """REQ messages: redelivered after ``delay_ms`` with attempts + 1."""
-        self._respond_all(messages, "REQ", delay_ms)
-        self._flush()
-
-    def touch(self, *messages: NSQMessage) -> None:
-        """TOUCH messages: restart their in-flight timeout."""
-        self._respond_all(messages, "TOUCH")
-        self._flush()
-
-    def nop(self) -> None:
-        self._require_core().nop()
-        self._flush()
-
-    def _respond_all(self, messages: Sequence[NSQMessage], command: str, delay_ms: int = 0) -> None:
-        """Queue FIN, REQ or TOUCH for every message not yet FIN'd or REQ'd (one write)."""
-        core = self._require_core()
-        todo = [m for m in messages if not m.responded]
-        if not todo:
-            return
-        if command == "FIN":
-            core.fin_many([m.raw_id for m in todo])
-        elif command == "REQ":
-            for m in todo:
-                core.req(m.raw_id, delay_ms)
-        else:
-            for m in todo:
-                core.touch(m.raw_id)
-            return
-        for m in todo:
-            m.responded = True
-        self._in_flight = max(self._in_flight - len(todo), 0)
-
-    # -- a consume window ------------------------------------------------------------
-
-    def consume(
-        self,
-        topic: str,
-        channel: str,
-        *,
-        max_messages: int = 1,
-        timeout: float = 5.0,
-        ack: AckMode = "fin",
-        requeue_delay_ms: int = 0,
-    ) -> WindowResult:
-        """One subscribe window: SUB, RDY, collect up to ``max_messages`` or until
-        ``timeout`` seconds pass, then stop delivery (CLS). Await it on the asyncio driver.
-
-        ``ack`` decides what happens to the messages: ``"fin"`` FINs them before
-        returning, ``"req"`` REQs them (a peek; attempts + 1), ``"manual"`` hands them back
-        unanswered: FIN or REQ them on this connection (``finish``/``requeue``) and then
-        ``close()`` it; anything still unanswered at ``close()`` is REQ'd.
-        """
-        check_window(max_messages, timeout, ack, self.max_rdy_count)
-        return self._run_window(
-            Window(topic, channel, max_messages, timeout, ack, requeue_delay_ms)
-        )
-
-    def _run_window(self, window: Window) -> WindowResult:
-        """SUB, RDY, read until the window ends, CLS, then :meth:`_end_window`."""
-        raise NotImplementedError
-
-    def _end_window(self, window: Window) -> list[NSQMessage]:
-        """After CLS: settle the window's messages and the stragglers nsqd sent first."""
-        got = settle_window(
-            self,
-            window.got,
-            self.take_messages(),
-            window.max_messages,
-            window.ack,
-            window.requeue_delay_ms,
-        )
-        if window.ack == "manual":
-            self._held = got  # the caller answers them; close() REQs what is left
-        return got
+    def _closed_error(self, pending: Sequence[str]) -> NSQConnectionClosedError:
+        text = f"{self._peer} closed the connection"
+        if pending:
+            text += f" before answering {', '.join(pending)}: the outcome is unknown"
+        return NSQConnectionClosedError(text)
 
     # -- what each driver supplies --------------------------------------------------
 
     def _flush(self) -> None:
         """Write what the core has queued."""
         raise NotImplementedError
-
-    def _flush_soon(self) -> None:
-        """Write what the core has queued, now or within this event-loop iteration."""
-        self._flush()
 
     def _start_tls(self) -> None:
         """Run (or start) the TLS client handshake, then call ``core.tls_established()``."""
@@ -297,20 +195,6 @@ class DriverBase(Generic[WindowResult]):
         if self.on_wake is not None:
             self.on_wake()
 
-    def _fail(self, error: NSQError) -> None:
-        """The connection failed with ``error``; the first failure is the one reported."""
-        if self._failure is None:
-            self._failure = error
-        if self.on_wake is not None:
-            self.on_wake()
-
-    def respond(self, message: NSQMessage, command: Answer, delay_ms: int = 0) -> None:
-        """Answer one message: what ``message.finish()``, ``requeue()`` and ``touch()``
-        call. Written at once by the blocking driver; within this event-loop iteration by
-        the asyncio one, so the answers given in one iteration go out in one write."""
-        self._respond_all((message,), command, delay_ms)
-        self._flush_soon()
-
     # -- input: one dispatch for both drivers -----------------------------------------
 
     def _receive(self, data: bytes | memoryview) -> None:
@@ -319,7 +203,6 @@ class DriverBase(Generic[WindowResult]):
         core = self._core
         if core is None:
             return
-        self.last_received = time.monotonic()
         core.receive_data(data)
         try:
             messages, events = core.messages_and_events()
@@ -347,30 +230,6 @@ class DriverBase(Generic[WindowResult]):
         if core.state not in CLOSED_STATES:
             self._flush()  # the NOP for a heartbeat; AUTH once IDENTIFY asked for it
 
-    def _closed_error(self, pending: Sequence[str]) -> NSQConnectionClosedError:
-        text = f"{self._peer} closed the connection"
-        if pending:
-            text += f" before answering {', '.join(pending)}: the outcome is unknown"
-        return NSQConnectionClosedError(text)
-
-    # -- publishing ------------------------------------------------------------------
-
-    @staticmethod
-    def _queue_mpub(core: ClientConnection, topic: str, bodies: Iterable[bytes]) -> list[int]:
-        """Queue ``bodies`` as as few MPUB frames as fit; each frame's message count."""
-        counts = core.mpub_split(topic, bodies)
-        if not counts:
-            raise NSQValueError("multi_publish needs at least one message")
-        return counts
-
-    @staticmethod
-    def _mpub_failed(exc: NSQError, done: int, counts: Sequence[int]) -> NSQError:
-        """The error to raise when MPUB frame ``done`` failed: it says what nsqd took."""
-        if not done:
-            return exc
-        accepted = f"{done} MPUB frames with {sum(counts[:done])} messages"
-        return with_context(exc, f"(nsqd had accepted {accepted} before)")
-
     # -- shared bookkeeping -----------------------------------------------------------
 
     def _new_core(self) -> ClientConnection:
@@ -383,7 +242,6 @@ class DriverBase(Generic[WindowResult]):
             max_msg_size=cfg.max_msg_size,
             max_body_size=cfg.max_body_size,
             max_req_timeout_ms=cfg.max_req_timeout_ms,
-            message_class=self._message_class,
         )
         return self._core
 
@@ -398,26 +256,11 @@ class DriverBase(Generic[WindowResult]):
             )
         return core
 
-    def _requeue_unanswered(self) -> None:
-        """Before closing: REQ what was delivered and never answered, so nsqd redelivers
-        it at once instead of after msg_timeout (it does not requeue on disconnect)."""
-        core = self._core
-        if core is None or core.state not in ANSWERING_STATES:
-            return
-        held = [m for m in (*self._held, *self._messages) if not m.responded]
-        try:
-            if held:
-                self._respond_all(held, "REQ")
-            self._flush()
-        except NSQError:
-            pass  # closing anyway; nsqd's msg_timeout redelivers them
-
     def _reset_state(self) -> None:
         if self._core is not None:
             self._core.close()
         self._core = None
         self._messages = []
-        self._held = []
         self._failure = None
         self._in_flight = 0
         self._subscribed = False

@@ -22,11 +22,11 @@ from typing import Any
 
 import h11
 
-from .. import __version__
 from ..protocol.errors import (
     NSQConnectionError,
     NSQProtocolError,
 )
+from ..version import __version__
 from .address import format_address
 from .io_errors import map_exceptions
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
 from collections.abc import Iterator
 
@@ -37,6 +38,13 @@ def map_exceptions(
             raise describe_tls_error(peer, exc) from None
         within = f" within {timeout:g}s" if timeout is not None else ""
         raise NSQTimeoutError(f"could not {doing} {peer}{within}") from None
+    except socket.gaierror as exc:
+        # A resolver error's errno is an EAI_* code, not an errno: os.strerror would say
+        # "Unknown error -2". Its strerror is the resolver's own reason.
+        why = exc.strerror or str(exc)
+        raise NSQConnectionError(
+            f"could not {doing} {peer}: its host name did not resolve ({why})"
+        ) from None
     except OSError as exc:
         if tls:
             raise describe_tls_error(peer, exc) from None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -38,6 +38,7 @@ from ..protocol.errors import (
 )
 from ..protocol.names import validate_topic_name
 from .address import DEFAULT_LOOKUPD_HTTP_PORT, format_address, parse_address
+from .address import parse_addresses as parse_addresses  # moved to .address; callers import it here
 from .aio_runner import arun
 from .blocking_runner import run
 from .http import NSQ_V1_ACCEPT, HTTPRequest, HTTPResponse
@@ -109,25 +110,6 @@ def parse_lookupd_address(raw: object) -> LookupdAddress:
             break
     host, port = parse_address(text, DEFAULT_LOOKUPD_HTTP_PORT, what)
     return LookupdAddress(host, port, https)
-
-
-def parse_addresses(raw: object, what: str) -> list[str]:
-    """A comma-separated string or a list of strings, stripped, empties dropped, in order,
-    without duplicates (the first occurrence stays)."""
-    if isinstance(raw, str):
-        items: Iterable[object] = raw.split(",")
-    elif isinstance(raw, (list, tuple)):
-        items = raw
-    else:
-        raise NSQValueError(f"{what} must be a comma-separated string or a list, got {raw!r}")
-    out: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            raise NSQValueError(f"{what} entries must be strings, got {item!r}")
-        text = item.strip()
-        if text and text not in out:
-            out.append(text)
-    return out
 
 
 # -- the answer -----------------------------------------------------------------------

@@ -66,7 +66,9 @@ class NSQProducer:
         self.addresses: list[str] = []
         self._configs: dict[str, ClientConfig] = {}
         for raw in listed:
-            config = self.config.for_nsqd(raw, "nsqd_tcp_addresses entry")
+            config = self.config
+            if raw != config.address:  # the usual single nsqd needs no copy of the config
+                config = config.for_nsqd(raw, "nsqd_tcp_addresses entry")
             if config.address not in self._configs:
                 self.addresses.append(config.address)
                 self._configs[config.address] = config

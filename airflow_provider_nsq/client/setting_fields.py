@@ -2,50 +2,40 @@
 
 In the spirit of go-nsq's ``Config`` (one struct whose fields carry ``opt``, ``min``,
 ``max`` and ``default`` tags, and one ``Set(name, value)`` every input goes through): a
-dataclass field declared with ``metadata=setting(...)`` carries its kind, bounds, default,
-a one-line doc, and where users may write it. From that one declaration come:
+dataclass field declared with ``metadata=setting(...)`` carries its kind, bounds, default
+and a one-line doc. From that one declaration come:
 
 - the checks of the class that holds it (:func:`check_fields`, from ``__post_init__``),
   each error naming the field;
-- reading it from users (:func:`read_settings`): text from a connection URI or a Spark
-  option, or the JSON value of a connection extra, each turned into the field's type by
-  the same parser (:mod:`.setting_values`); unknown names and names a source refuses are
-  errors that say so;
-- the lists built from it: the Airflow connection form (``provider_info.CONN_FIELDS``)
-  and the Spark data source's option sets.
+- reading it from users (:meth:`SettingSource.read`): text from a URI or an option, or a
+  JSON value, each turned into the field's type by the same parser
+  (:mod:`.setting_values`); unknown names and names a source refuses are errors that
+  say so;
+- the lists built from it by the places users write settings.
 
-Where a setting may be written (its ``sources``): :data:`EXTRA`, an Airflow connection's
-extras (and so the connection form); :data:`WRITE`, the Spark writer's options (and
-``publish_dataframe``'s); :data:`READ`, the Spark stream reader's. A setting made for one
-place only (an Airflow-only link, say) names just that one; ``refused`` tells a source
-why a setting it does not take is not for it.
+Those places are described by their callers, never here: a :class:`SettingSource` says
+which described settings a place takes (every one users may write, except those it
+leaves out) and why it refuses some (the one way a setting is refused). The Airflow
+connection's extras and form are ``hooks/``'s source, the Spark data source's options
+``spark/``'s; a setting added to a class here reaches each of them with no edit there.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..protocol.errors import NSQSettingError, NSQValueError
+from ..protocol.value_checks import is_bool, is_int, is_seconds
+from .address import parse_addresses
 from .setting_values import parse_bool, parse_int, parse_seconds
 
-Source = Literal["extra", "write", "read"]
-#: An Airflow connection's extras (and its form).
-EXTRA: Source = "extra"
-#: The Spark writer's options (``df.write.format("nsq")``, ``publish_dataframe``).
-WRITE: Source = "write"
-#: The Spark stream reader's options (``spark.readStream.format("nsq")``).
-READ: Source = "read"
-EVERYWHERE: frozenset[Source] = frozenset({EXTRA, WRITE, READ})
-NOWHERE: frozenset[Source] = frozenset()
-
 Kind = Literal["boolean", "integer", "seconds", "text", "addresses"]
-#: The JSON type of each kind, as the connection form's schema names it.
+#: The JSON type of each kind, as a JSON schema (a form's) names it.
 JSON_TYPES: dict[str, str] = {
     "boolean": "boolean",
     "integer": "integer",
@@ -59,10 +49,10 @@ _KEY = "airflow_provider_nsq.setting"
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: what it is, what values it takes, where users may write it.
+    """One setting: what it is and what values it takes.
 
-    :param label: the name the connection form shows.
-    :param doc: one line for users (the form's description).
+    :param label: a short name for people (a form's label).
+    :param doc: one line for users (a form's description).
     :param kind: ``boolean``, ``integer``, ``seconds`` (float > 0), ``text``, or
         ``addresses`` (a comma-separated string or a list, each entry checked by
         ``entry``).
@@ -73,8 +63,9 @@ class Setting:
     :param pattern: a regular expression the text must match (``re.search``).
     :param convert: checks a text (for ``addresses``, each entry) and returns it as
         stored (a name validated, an address normalised).
-    :param sources: where users may write it (:data:`EXTRA`, :data:`WRITE`, :data:`READ`).
-    :param refused: why a source that does not take it refuses it (the error says so).
+    :param code_only: set from code only, never written by users under its name (the
+        address, which users give in their own way; what IDENTIFY says about the client;
+        nsqd's delivery tuning): no :class:`SettingSource` takes it.
     :param secret: never shown in errors or reprs.
     :param placeholder: an example the connection form shows in the empty field.
     """
@@ -88,8 +79,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     pattern: str | None = None
     convert: Callable[[str], Any] | None = None
-    sources: frozenset[Source] = EVERYWHERE
-    refused: Mapping[Source, str] = field(default_factory=dict)
+    code_only: bool = False
     secret: bool = False
     placeholder: str | None = None
     #: Filled in from the dataclass field: its name, default, and whether None is allowed.
@@ -171,23 +161,12 @@ class Setting:
             raise NSQValueError(f"must match {self.pattern} ({self.doc})")
 
     def _addresses(self, value: object) -> tuple[str, ...]:
-        if isinstance(value, str):
-            items: Iterable[object] = value.split(",")
-        elif isinstance(value, (list, tuple)):
-            items = value
-        else:
-            raise NSQValueError(
-                f"must be a comma-separated string or a list, got {type(value).__name__}"
-            )
-        out: dict[str, None] = {}
-        for item in items:
-            if not isinstance(item, str):
-                raise NSQValueError(f"entries must be strings, got {item!r}")
-            if item.strip():
-                out[self.convert(item) if self.convert else item.strip()] = None
+        entries = parse_addresses(value, "the value")
+        # In order, the same address once (after converting): it would double its share.
+        out = tuple(dict.fromkeys(self.convert(e) if self.convert else e for e in entries))
         if not out:
             raise NSQValueError(f"must be a comma-separated list of host:port, got {value!r}")
-        return tuple(out)  # in order, the same address once: it would double its share
+        return out
 
     def _shown(self, value: object) -> str:
         return "(hidden)" if self.secret else repr(value)
@@ -198,23 +177,10 @@ def _number(value: float | None) -> str:
     return str(int(value)) if value is not None and float(value).is_integer() else str(value)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_seconds(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
 _TYPE_CHECKS: dict[str, Callable[[object], bool]] = {
-    "boolean": lambda v: isinstance(v, bool),
-    "integer": _is_int,
-    "seconds": _is_seconds,
+    "boolean": is_bool,
+    "integer": is_int,
+    "seconds": is_seconds,
     "text": lambda v: isinstance(v, str),
     "addresses": lambda v: isinstance(v, tuple) and all(isinstance(a, str) for a in v),
 }
@@ -260,33 +226,50 @@ def check_fields(obj: Any, where: str) -> None:
             raise NSQSettingError(name, str(exc), where) from None
 
 
-def for_source(settings: Mapping[str, Setting], source: Source) -> dict[str, Setting]:
-    """The settings users may write in ``source``."""
-    return {name: s for name, s in settings.items() if source in s.sources}
+@dataclass(frozen=True)
+class SettingSource:
+    """A place users write settings, as the caller that reads it describes it (an
+    Airflow connection's extras in ``hooks/``, a Spark option set in ``spark/``).
 
+    It takes every described setting users may write (not ``code_only``) except those it
+    refuses or leaves out. Refusing is the one way a source turns a setting down with a
+    reason; a name it leaves out is merely unknown to it.
 
-def read_settings(
-    settings: Mapping[str, Setting], given: Mapping[str, object], source: Source
-) -> dict[str, Any]:
-    """Read what users wrote in ``source`` (setting name -> value as written): each value
-    parsed by its setting; ``""`` and ``None`` (a blank form field) mean "not set".
-
-    :raises NSQSettingError: naming the setting: one ``source`` does not know (with the
-        ones it does), one it refuses (and why), or a bad value.
+    :param refused: name -> why this source does not take it (the error says so); the
+        name need not be a described setting (another source's own option, say).
+    :param leaves_out: names it does not take and that need no reason.
     """
-    known = for_source(settings, source)
-    out: dict[str, Any] = {}
-    for name, value in given.items():
-        described = known.get(name)
-        if described is None:
-            refusing = settings.get(name)
-            if refusing is not None and source in refusing.refused:
-                raise NSQSettingError(name, f"not supported here: {refusing.refused[source]}")
-            raise NSQSettingError(name, f"unknown; known: {', '.join(sorted(known))}")
-        if value is None or value == "":
-            continue
-        try:
-            out[name] = described.parse(value)
-        except NSQValueError as exc:
-            raise NSQSettingError(name, str(exc)) from None
-    return out
+
+    refused: Mapping[str, str] = field(default_factory=dict)
+    leaves_out: frozenset[str] = frozenset()
+
+    def takes(self, settings: Mapping[str, Setting]) -> dict[str, Setting]:
+        """The settings users may write here, in their order."""
+        return {
+            name: described
+            for name, described in settings.items()
+            if not described.code_only and name not in self.refused and name not in self.leaves_out
+        }
+
+    def read(self, settings: Mapping[str, Setting], given: Mapping[str, object]) -> dict[str, Any]:
+        """Read what users wrote here (setting name -> value as written): each value
+        parsed by its setting; ``""`` and ``None`` (a blank form field) mean "not set".
+
+        :raises NSQSettingError: naming the setting: one this source does not know (with
+            the ones it does), one it refuses (and why), or a bad value.
+        """
+        known = self.takes(settings)
+        out: dict[str, Any] = {}
+        for name, value in given.items():
+            described = known.get(name)
+            if described is None:
+                if name in self.refused:
+                    raise NSQSettingError(name, f"not supported here: {self.refused[name]}")
+                raise NSQSettingError(name, f"unknown; known: {', '.join(sorted(known))}")
+            if value is None or value == "":
+                continue
+            try:
+                out[name] = described.parse(value)
+            except NSQValueError as exc:
+                raise NSQSettingError(name, str(exc)) from None
+        return out

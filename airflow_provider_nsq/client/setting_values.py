@@ -12,6 +12,7 @@ import datetime
 import math
 
 from ..protocol.errors import NSQValueError
+from ..protocol.value_checks import check_int, is_bool, is_int, is_number, is_seconds
 
 #: A delay as users give it: whole milliseconds (NSQ's unit) or a timedelta.
 Delay = datetime.timedelta | int
@@ -28,9 +29,9 @@ def parse_bool(value: object) -> bool:
     ``TRUE``/``FALSE``, ``True``/``False``, as Go reads a flag); the numbers 1 and 0 too,
     as Airflow >= 3.1 hands over a connection URI's ``?tls_verify=1`` (it decodes query
     values as JSON)."""
-    if isinstance(value, bool):
+    if is_bool(value):
         return value
-    if type(value) is int and value in (0, 1):
+    if is_int(value) and value in (0, 1):
         return bool(value)
     if isinstance(value, str):
         text = value.strip()
@@ -43,7 +44,7 @@ def parse_bool(value: object) -> bool:
 
 def parse_int(value: object) -> int:
     """A whole number: an int, or its decimal text."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         return value
     if isinstance(value, str):
         try:
@@ -59,14 +60,14 @@ def parse_seconds(value: object) -> float:
     seconds = math.nan
     if isinstance(value, datetime.timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif is_number(value):
         seconds = float(value)
     elif isinstance(value, str):
         try:
             seconds = float(value.strip())
         except ValueError:
             pass
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not is_seconds(seconds):
         raise NSQValueError(f"must be a number of seconds > 0, got {value!r}")
     return seconds
 
@@ -82,7 +83,7 @@ def delay_to_ms(delay: object, what: str = "delay") -> int:
         if delay % one_ms:
             raise NSQValueError(f"{what} {delay!r} is not a whole number of milliseconds")
         ms = delay // one_ms
-    elif isinstance(delay, int) and not isinstance(delay, bool):
+    elif is_int(delay):
         ms = delay
     else:
         raise NSQValueError(
@@ -102,10 +103,9 @@ def duration_to_seconds(value: object, what: str) -> float:
 
 
 def int_in_range(value: object, what: str, minimum: int, maximum: int) -> int:
-    """``value`` as an int from ``minimum`` to ``maximum``, or an error naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise NSQValueError(f"{what} must be an int {minimum}-{maximum}, got {value!r}")
-    return value
+    """``value`` as an int from ``minimum`` to ``maximum``, or an error naming ``what``:
+    :func:`~..protocol.value_checks.check_int` with both bounds (call that instead)."""
+    return check_int(value, what, minimum=minimum, maximum=maximum)
 
 
 def is_templated(value: object) -> bool:

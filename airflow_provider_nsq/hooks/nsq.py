@@ -29,10 +29,9 @@ from ..client.consumer import NSQConsumer
 from ..client.message import NSQMessage
 from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
 from ..client.producer import NSQProducer
-from ..client.setting_fields import EXTRA
 from ..client.setting_values import Delay, Duration, delay_to_ms, duration_to_seconds
 from ..client.window import AckMode
-from ..protocol.commands import check_delay_ms
+from ..protocol.commands import check_delay_ms, encode_topic
 from ..protocol.errors import (
     NSQAuthError,
     NSQError,
@@ -40,8 +39,7 @@ from ..protocol.errors import (
     NSQSettingError,
     NSQValueError,
 )
-from ..protocol.names import validate_topic_name
-from ..provider_info import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from .connection_form import CONN_FIELDS, CONN_TYPE, CONNECTION_EXTRAS, UI_FIELD_BEHAVIOUR
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Connection
@@ -59,7 +57,8 @@ class NSQConnectionConfigError(NSQValueError):
 def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ConnectionSettings:
     """What an ``nsq`` Connection says: host, port, password (the AUTH secret) and the
     extras, read by the settings model (:class:`ConnectionSettings`) as every other
-    source of settings is. Extras prefixed ``extra__nsq__`` (older forms) are read
+    source of settings is, the extras through
+    :data:`~.connection_form.CONNECTION_EXTRAS` (the source the form is built from). Extras prefixed ``extra__nsq__`` (older forms) are read
     too; blank ones mean "not set". Errors name the field, never show the secret, and
     for an unknown extra never show its value (a secret pasted into the wrong field).
 
@@ -77,7 +76,7 @@ def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> Con
     if conn.port is not None:
         fixed["port"] = conn.port  # else the client's default, nsqd's 4150
     try:
-        return ConnectionSettings.read(given, EXTRA, **fixed)
+        return ConnectionSettings.read(given, CONNECTION_EXTRAS, **fixed)
     except NSQSettingError as exc:
         what = f"extra {exc.setting!r}" if exc.setting in given else exc.setting
         raise NSQConnectionConfigError(
@@ -239,11 +238,26 @@ class NSQHook(BaseHook):
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """What ``channel`` holds, from nsqd's ``/stats`` (every producer nsqlookupd
         lists, or the connection's nsqd on its ``http_port``); no message is taken.
-        None when no HTTP API is known (see :mod:`~..client.channel_depth`)."""
+
+        A durable channel that does not exist yet is **created** there, its topic first
+        (``POST /topic/create``, then ``/channel/create``), as a ``SUB`` would: every
+        message published to the topic from then on waits on the channel for the next
+        check (the sensor's next poke). Without it, nsqd would give the topic's messages
+        to its other channels only, and the depth read here would stay 0 while they
+        pass. So a channel only ever checked keeps what is published until it is
+        consumed: delete it (nsqd's ``POST /channel/delete``) when nothing reads it any
+        more. ``#ephemeral`` channels are never created.
+
+        :param topic: the topic name.
+        :param channel: the channel name.
+        :return: the channel's depth; None when no HTTP API is known (nothing is created
+            then; see :mod:`~airflow_provider_nsq.client.channel_depth`).
+        """
         return ChannelDepthReader(self.get_settings()).read(topic, channel)
 
     async def achannel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
-        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once)."""
+        """:meth:`channel_depth` for triggers (asyncio, no thread; producers at once):
+        creates a missing durable channel the same way."""
         return await ChannelDepthReader(await self.aget_settings()).aread(topic, channel)
 
     # -- connections ---------------------------------------------------------------
@@ -286,11 +300,11 @@ class NSQHook(BaseHook):
         :param message: str (sent as UTF-8), bytes, or a dict/list (sent as compact JSON).
         :return: ``{"topic": topic, "messages": 1, "bytes": <body size>}``.
         """
-        validate_topic_name(topic)
+        encode_topic(topic)  # a bad name is refused before connecting (a cached check)
         body = encode_body(message)
         self.get_producer().publish(topic, body)
-        # debug, not info: a task may publish thousands of single messages in a loop
-        self.log.debug("Published 1 message (%s bytes) to topic %s", len(body), topic)
+        # No log line: a task may publish thousands of single messages in a loop, and
+        # Airflow's logger costs as much as the PUB itself; the operators log per task.
         return {"topic": topic, "messages": 1, "bytes": len(body)}
 
     def defer_publish(self, topic: str, message: Any, delay: Delay) -> dict[str, Any]:
@@ -302,7 +316,7 @@ class NSQHook(BaseHook):
             ``max_req_timeout_ms`` (nsqd's --max-req-timeout, 1 h by default); never clamped.
         :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}``.
         """
-        validate_topic_name(topic)
+        encode_topic(topic)
         delay_ms = delay_to_ms(delay)
         body = encode_body(message)
         config = self.get_client_config()
@@ -326,7 +340,7 @@ class NSQHook(BaseHook):
         :param messages: str, bytes, or JSON-serialisable dict/list items.
         :return: ``{"topic", "messages": <count>, "bytes": <total body size>}``.
         """
-        validate_topic_name(topic)
+        encode_topic(topic)
         if isinstance(messages, (str, bytes, bytearray, memoryview, dict)):
             raise NSQValueError(
                 f"messages must be a list of messages, got a single {type(messages).__name__}"

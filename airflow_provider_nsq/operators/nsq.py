@@ -1,7 +1,8 @@
 """Operators that publish to NSQ: PUB, DPUB and MPUB.
 
 Each one validates its literal arguments when the DAG is parsed (no network then,
-unless ``asset_outlet=True``, which reads the connection for the asset's address),
+unless ``asset_outlet=True``, which reads the connection for the asset's address:
+deprecated, give the address, ``asset_outlet="host:port"``),
 builds an :class:`~airflow_provider_nsq.hooks.nsq.NSQHook` in ``execute``, makes one call
 and returns the hook's small result dict, which goes to XCom. Each counts what it
 published in the ``nsq.publish.*`` metrics (docs/metrics.md), links to the topic's page
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
-from ..assets import nsq_asset
+from ..assets import address_read_at_parse, nsq_asset
 from ..client import encode_body
 from ..client.setting_values import Delay, delay_to_ms, is_templated
 from ..hooks.nsq import NSQHook
@@ -76,7 +77,7 @@ class _NSQPublishBase(BaseOperator):
         *,
         topic: str,
         nsq_conn_id: str = NSQHook.default_conn_name,
-        asset_outlet: bool = False,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -84,7 +85,7 @@ class _NSQPublishBase(BaseOperator):
         self.topic = topic
         self.nsq_conn_id = nsq_conn_id
         if asset_outlet:
-            self.outlets = [*self.outlets, _topic_asset(topic, nsq_conn_id)]
+            self.outlets = [*self.outlets, _topic_asset(topic, nsq_conn_id, asset_outlet)]
 
     @cached_property
     def hook(self) -> NSQHook:
@@ -114,14 +115,22 @@ class _NSQPublishBase(BaseOperator):
         return publish_lineage(self.hook, self.topic)
 
 
-def _topic_asset(topic: str, nsq_conn_id: str) -> Any:
-    """The outlet of ``asset_outlet=True``: fixed when the DAG is parsed."""
+def _topic_asset(topic: str, nsq_conn_id: str, asset_outlet: bool | str) -> Any:
+    """The outlet of ``asset_outlet``: fixed when the DAG is parsed."""
+    if isinstance(asset_outlet, str):
+        if is_templated(topic):
+            raise NSQValueError(
+                f"asset_outlet={asset_outlet!r} needs a literal topic: the asset is fixed "
+                f"when the DAG is parsed, got topic={topic!r}"
+            )
+        return nsq_asset(topic, address=asset_outlet)
     if is_templated(topic) or is_templated(nsq_conn_id):
         raise NSQValueError(
             "asset_outlet=True needs a literal topic and nsq_conn_id: the asset is fixed "
             f"when the DAG is parsed, got topic={topic!r}, nsq_conn_id={nsq_conn_id!r}"
         )
-    return nsq_asset(topic, nsq_conn_id=nsq_conn_id)
+    address = address_read_at_parse(nsq_conn_id, "asset_outlet=True", "asset_outlet={address!r}")
+    return nsq_asset(topic, address=address)
 
 
 class NSQPublishOperator(_NSQPublishBase):
@@ -133,8 +142,10 @@ class NSQPublishOperator(_NSQPublishBase):
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
     :param asset_outlet: declare the topic's asset (``nsq://host:port/topic``, see
         :func:`~airflow_provider_nsq.assets.nsq_asset`) as an outlet, so DAGs scheduled
-        on it run after this task; reads the connection when the DAG is parsed.
-    :return: ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
+        on it run after this task: ``"host:port"``, the cluster's address as the
+        connection names it. ``True`` reads it from the connection when the DAG is parsed
+        (deprecated: warns with the address to write).
+    Returns ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "message", "nsq_conn_id")
@@ -146,9 +157,10 @@ class NSQPublishOperator(_NSQPublishBase):
         topic: str,
         message: str | bytes | dict | list,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
         check_message(message)
         self.message = message
 
@@ -169,7 +181,7 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
     :param asset_outlet: declare the topic's asset as an outlet (see
         :class:`NSQPublishOperator`).
-    :return: ``{"topic", "messages": 1, "bytes", "delay_ms"}`` (pushed to XCom).
+    Returns ``{"topic", "messages": 1, "bytes", "delay_ms"}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "message", "delay", "nsq_conn_id")
@@ -182,9 +194,10 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
         message: str | bytes | dict | list,
         delay: Delay | str,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
         check_message(message)
         check_delay(delay)
         self.message = message
@@ -212,7 +225,7 @@ class NSQMultiPublishOperator(_NSQPublishBase):
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
     :param asset_outlet: declare the topic's asset as an outlet (see
         :class:`NSQPublishOperator`).
-    :return: ``{"topic", "messages": <count>, "bytes": <total>}`` (pushed to XCom).
+    Returns ``{"topic", "messages": <count>, "bytes": <total>}`` (pushed to XCom).
     """
 
     template_fields: Sequence[str] = ("topic", "messages", "nsq_conn_id")
@@ -224,9 +237,10 @@ class NSQMultiPublishOperator(_NSQPublishBase):
         topic: str,
         messages: Any,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        asset_outlet: bool | str = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, **kwargs)
+        super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
         if isinstance(messages, (list, tuple)):
             if not messages:
                 raise NSQValueError("messages is empty: MPUB needs at least one message")

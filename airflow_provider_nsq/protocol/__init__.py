@@ -1,9 +1,9 @@
-"""The NSQ TCP protocol without I/O, for both roles: names, errors, compression; for a
-client, command encoders, the frame decoder and the per-connection state machine the
-drivers pump; for a server, the command reader and the frame encoders. No sockets, no
-threads, no Airflow."""
+"""The NSQ TCP protocol without I/O: names, errors, compression; for a client, command
+encoders, the frame decoder and the per-connection state machine the drivers pump; the
+frame encoders a server writes with. No sockets, no threads, no Airflow. What only a
+server reads (commands, nsqlookupd's registration protocol) lives with the embedded
+daemons, in :mod:`airflow_provider_nsq.testing.wire`."""
 
-from .command_reader import COMMANDS_WITH_BODY, BadMessageSize, CommandReader
 from .commands import (
     CLS,
     NOP,
@@ -69,12 +69,9 @@ from .names import (
 
 __all__ = [
     "CLS",
-    "COMMANDS_WITH_BODY",
     "NOP",
-    "BadMessageSize",
     "ClientConnection",
     "CommandFailed",
-    "CommandReader",
     "ConnectionClosed",
     "ConnectionState",
     "ErrorFrame",

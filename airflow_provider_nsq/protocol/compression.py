@@ -94,7 +94,7 @@ def _snappy_module() -> Any:
         import snappy
     except ImportError:  # pragma: no cover - python-snappy is a dependency
         raise NSQValueError(
-            "snappy compression needs python-snappy: pip install 'airflow-provider-nsq[snappy]'"
+            "snappy compression needs python-snappy, a dependency: pip install 'python-snappy>=0.7'"
         ) from None
     return snappy
 

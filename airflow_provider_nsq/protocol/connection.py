@@ -52,7 +52,7 @@ from .errors import (
     NSQStateError,
     NSQTLSError,
 )
-from .frames import ErrorFrame, FrameDecoder, Message, ResponseFrame
+from .frames import ErrorFrame, FrameDecoder, Message, ResponseFrame, encode_response
 
 
 class ConnectionState(enum.Enum):
@@ -81,6 +81,13 @@ _ALLOWED: dict[str, frozenset[ConnectionState]] = {
     "NOP": frozenset({_HANDSHAKING, _READY, _SUBSCRIBED, _CLOSING}),
     "PING": frozenset({_READY}),  # its IDENTIFY is refused once subscribed
 }
+
+# The states a publish may be sent in (_ALLOWED's PUB row, checked by identity: an enum's
+# hash is a Python-level call).
+_PUBLISHING = (_READY, _SUBSCRIBED, _CLOSING)
+
+# The whole frame of an ``OK`` response: what a publisher reads after almost every command.
+_OK_FRAME = encode_response(OK)
 
 # IDENTIFY fields that negotiate an upgrade: a ping's IDENTIFY leaves them out.
 _UPGRADE_FIELDS = frozenset({"feature_negotiation", "tls_v1", "snappy", "deflate", "deflate_level"})
@@ -140,6 +147,35 @@ _INFLATE_STEP = 128 * 1024
 
 # Replies the handshake consumes itself; drivers match only the others to callers.
 HANDSHAKE_REPLIES = frozenset({"IDENTIFY", "TLS", "SNAPPY", "DEFLATE", "AUTH"})
+
+
+def _parse_json(command: str, data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise NSQProtocolError(f"{command} response is not JSON: {data[:80]!r}") from None
+    except RecursionError:
+        raise NSQProtocolError(
+            f"{command} response is JSON nested too deeply to be nsqd's: {data[:80]!r}"
+        ) from None
+    if not isinstance(value, dict):
+        raise NSQProtocolError(f"{command} response is not a JSON object: {data[:80]!r}")
+    return value
+
+
+# IDENTIFY responses already parsed: one nsqd answers every connection of a client alike.
+# Each is shared by the connections that got it, and never changed (drivers hand out
+# copies).
+_IDENTIFY_RESPONSES: dict[bytes, dict[str, Any]] = {}
+
+
+def _identify_response(data: bytes) -> dict[str, Any]:
+    info = _IDENTIFY_RESPONSES.get(data)
+    if info is None:
+        info = _parse_json("IDENTIFY", data)
+        if len(_IDENTIFY_RESPONSES) < 64:
+            _IDENTIFY_RESPONSES[data] = info
+    return info
 
 
 class ClientConnection:
@@ -255,7 +291,7 @@ class ClientConnection:
             self._start_auth()
             return None
         if command == "AUTH":
-            self.auth_info = self._parse_json(command, data)
+            self.auth_info = _parse_json(command, data)
             self.state = _READY
             return None
         raise AssertionError(command)  # pragma: no cover
@@ -264,26 +300,12 @@ class ClientConnection:
         if data != OK:
             raise NSQProtocolError(f"expected OK after the {command} upgrade, got {data[:80]!r}")
 
-    @staticmethod
-    def _parse_json(command: str, data: bytes) -> dict[str, Any]:
-        try:
-            value = json.loads(data)
-        except ValueError:
-            raise NSQProtocolError(f"{command} response is not JSON: {data[:80]!r}") from None
-        except RecursionError:
-            raise NSQProtocolError(
-                f"{command} response is JSON nested too deeply to be nsqd's: {data[:80]!r}"
-            ) from None
-        if not isinstance(value, dict):
-            raise NSQProtocolError(f"{command} response is not a JSON object: {data[:80]!r}")
-        return value
-
     def _on_identify(self, data: bytes) -> Event | None:
         requested = self._identify or {}
         if data == OK:
             self.server_info = {"response": "OK"}
         else:
-            self.server_info = self._parse_json("IDENTIFY", data)
+            self.server_info = _identify_response(data)
         info = self.server_info
         max_rdy = info.get("max_rdy_count")
         if isinstance(max_rdy, int) and max_rdy >= 0:
@@ -338,11 +360,14 @@ class ClientConnection:
     # -- commands ------------------------------------------------------------------
 
     def pub(self, topic: str, body: bytes) -> None:
-        self._check("PUB")
-        self._queue(commands.encode_pub(topic, body, self.max_msg_size), "PUB")
+        if self.state not in _PUBLISHING:
+            self._check("PUB")
+        self._out.append(commands.encode_pub(topic, body, self.max_msg_size))
+        self._pending.append("PUB")
 
     def dpub(self, topic: str, delay_ms: int, body: bytes) -> None:
-        self._check("DPUB")
+        if self.state not in _PUBLISHING:
+            self._check("DPUB")
         data = commands.encode_dpub(
             topic, delay_ms, body, self.max_msg_size, self.max_req_timeout_ms
         )
@@ -358,17 +383,24 @@ class ClientConnection:
         """Queue ``bodies`` as as few MPUB frames as fit nsqd's limits (each gets its own
         reply); returns the message count of each frame. Nothing is queued if any body
         is refused."""
-        self._check("MPUB")
+        if self.state not in _PUBLISHING:
+            self._check("MPUB")
         frames = commands.encode_mpub_batches(topic, bodies, self.max_msg_size, self.max_body_size)
+        out, pending = self._out, self._pending
         for _, frame in frames:
-            self._queue(frame, "MPUB")
+            out.append(frame)
+            pending.append("MPUB")
         return [count for count, _ in frames]
 
-    def sub(self, topic: str, channel: str) -> None:
+    def sub(self, topic: str, channel: str, message_class: type[Message] | None = None) -> None:
+        """SUB; messages are decoded into ``message_class`` from now on when it is given
+        (a class made for the subscribing connection: publishers never make one)."""
         self._check("SUB")
         if self.heartbeats_disabled:
             raise NSQStateError("cannot SUB with heartbeats disabled (heartbeat_interval=-1)")
         self._queue(commands.encode_sub(topic, channel), "SUB")
+        if message_class is not None:
+            self._message_class = self._decoder.message_class = message_class
         self.state = _SUBSCRIBED
 
     def rdy(self, count: int) -> None:
@@ -440,6 +472,27 @@ class ClientConnection:
             self._codec.feed(data)  # inflated a step at a time by events()
         else:
             self._decoder.feed(data)
+
+    def take_ok(self, data: bytearray, size: int) -> bool:
+        """The publisher's fast path of :meth:`receive_data` + :meth:`events`: when the
+        first ``size`` bytes of ``data`` are exactly one ``OK`` response, nothing else is
+        buffered, the stream is not compressed, and the oldest command waiting for a
+        reply takes ``OK`` (a publish or SUB on a steady connection; not CLS), that
+        command is answered: True. Otherwise nothing changes and it returns False: feed
+        the bytes to :meth:`receive_data`. No frame or event object is made."""
+        if size != 10 or not data.startswith(_OK_FRAME):
+            return False
+        pending = self._pending
+        if (
+            not pending
+            or self._codec is not None
+            or self._decoder.undecoded
+            or self.state not in _PUBLISHING
+            or pending[0] == "CLS"
+        ):
+            return False
+        pending.popleft()
+        return True
 
     def events(self) -> list[Event]:
         """Every event the received bytes complete, in order."""

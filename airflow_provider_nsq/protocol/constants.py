@@ -58,8 +58,9 @@ DEFAULT_MAX_DEFLATE_LEVEL = 6  # --max-deflate-level
 # frame type and message header.
 DEFAULT_MAX_FRAME_SIZE = DEFAULT_MAX_MSG_SIZE + 4 + MESSAGE_HEADER_SIZE
 
-# The ASCII bytes "HTTP" read as a frame size: the peer is an HTTP server, usually
-# nsqd's HTTP port (4151) given where its TCP port (4150) was meant.
+# The ASCII bytes "HTTP" read as a frame size: the peer answered with HTTP. Often nsqd's
+# HTTP port (4151) given where its TCP port (4150) was meant, but any HTTP server (a
+# proxy, a load balancer) answers so: the error says what it saw and asks.
 HTTP_AS_FRAME_SIZE = int.from_bytes(b"HTTP", "big")
 
 # Only these three error codes leave the connection open

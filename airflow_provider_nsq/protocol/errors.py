@@ -110,3 +110,22 @@ class NSQHTTPError(NSQError):
 
 class NSQAuthError(NSQError):
     """nsqd requires AUTH and no secret is configured."""
+
+
+class NSQPoisonMessageError(NSQError):
+    """A message failed its ``max_attempts``-th delivery and could not be set aside: no
+    dead-letter topic was given, or the publish there failed. It was handed back (REQ),
+    never dropped; ``message_id`` and ``nsqd`` name it, ``attempts`` is nsqd's count."""
+
+    def __init__(self, message_id: str, nsqd: str, attempts: int, reason: str) -> None:
+        self.message_id = message_id
+        self.nsqd = nsqd
+        self.attempts = attempts
+        self.reason = reason
+        super().__init__(
+            f"message {message_id} from {nsqd or 'an unknown nsqd'} failed delivery "
+            f"{attempts} and {reason}; it was handed back to nsqd (REQ)"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int, str]]:
+        return (type(self), (self.message_id, self.nsqd, self.attempts, self.reason))

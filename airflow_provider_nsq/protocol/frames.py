@@ -106,11 +106,14 @@ class ErrorFrame:
 Frame = ResponseFrame | ErrorFrame | Message
 
 
-def _bad_size(size: int, max_frame_size: int) -> NSQProtocolError:
+def _bad_size(size: int, max_frame_size: int, head: bytes | bytearray = b"") -> NSQProtocolError:
+    """The error for a frame whose size header is ``size`` (``head``: the bytes that
+    start with it, as far as they arrived)."""
     if size == HTTP_AS_FRAME_SIZE:
         return NSQProtocolError(
-            "the server answered with HTTP, not NSQ: this address is nsqd's HTTP port "
-            "(default 4151); point the connection at its TCP port (default 4150)"
+            f"got an HTTP response where NSQ frames were expected{_http_seen(head)}: is "
+            "this nsqd's HTTP port (4151 by default) or an HTTP proxy? Point the "
+            "connection at nsqd's TCP port (4150 by default)"
         )
     if size < 4:
         return NSQProtocolError(f"invalid frame size {size}: a frame is at least 4 bytes")
@@ -124,6 +127,18 @@ def _bad_size(size: int, max_frame_size: int) -> NSQProtocolError:
     )
 
 
+def _http_seen(head: bytes | bytearray) -> str:
+    """What of the HTTP response arrived, for the error: its status line and the
+    ``Server`` header when they are there (a proxy often names itself)."""
+    lines = bytes(head[:2048]).split(b"\r\n")
+    if len(lines) < 2:  # the status line is not complete yet
+        return ""
+    seen = [lines[0]]
+    seen += [line for line in lines[1:-1] if line[:7].lower() == b"server:"][:1]
+    text = "; ".join(line.decode("ascii", "replace")[:100] for line in seen)
+    return f" ({text})"
+
+
 class FrameDecoder:
     """Feed bytes in, get frames out.
 
@@ -133,7 +148,7 @@ class FrameDecoder:
     :class:`NSQProtocolError` as soon as their header arrives.
     """
 
-    __slots__ = ("_buf", "_message_class", "max_frame_size")
+    __slots__ = ("max_frame_size", "message_class", "undecoded")
 
     def __init__(
         self,
@@ -143,48 +158,51 @@ class FrameDecoder:
         if max_frame_size < 4:
             raise ValueError("max_frame_size must be at least 4")
         self.max_frame_size = max_frame_size
-        self._message_class = message_class
-        self._buf = bytearray()
+        #: What a message frame is decoded into (settable: a connection sets it on SUB).
+        self.message_class = message_class
+        #: The bytes received and not yet decoded into a frame (read it; :meth:`feed`
+        #: adds to it).
+        self.undecoded = bytearray()
 
     def feed(self, data: bytes | memoryview) -> None:
-        self._buf += data
+        self.undecoded += data
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet decoded into a frame."""
-        return len(self._buf)
+        return len(self.undecoded)
 
     def needed(self) -> int:
         """Bytes still missing for the next whole frame (0: one is buffered). Raises
         :class:`NSQProtocolError` as soon as the next frame's size header is invalid, so
         a caller can stop feeding (e.g. inflating) before the frame's body arrives."""
-        buf = self._buf
+        buf = self.undecoded
         if len(buf) < FRAME_HEADER_SIZE:
             return FRAME_HEADER_SIZE - len(buf)
         size, _ = _FRAME_HEADER.unpack_from(buf, 0)
         if size > self.max_frame_size or size < 4:
-            raise _bad_size(size, self.max_frame_size)
+            raise _bad_size(size, self.max_frame_size, buf)
         return max(0, 4 + size - len(buf))
 
     def take_buffered(self) -> bytes:
         """Remove and return the undecoded bytes (used when the stream changes encoding)."""
-        data = bytes(self._buf)
-        self._buf.clear()
+        data = bytes(self.undecoded)
+        self.undecoded.clear()
         return data
 
     def next_frame(self) -> Frame | None:
-        buf = self._buf
+        buf = self.undecoded
         if len(buf) < FRAME_HEADER_SIZE:
             return None
         size, ftype = _FRAME_HEADER.unpack_from(buf, 0)
         if size > self.max_frame_size or size < 4:
-            raise _bad_size(size, self.max_frame_size)
+            raise _bad_size(size, self.max_frame_size, buf)
         stop = 4 + size
         if len(buf) < stop:
             return None
         payload = bytes(buf[FRAME_HEADER_SIZE:stop])
         del buf[:stop]
-        return _make_frame(ftype, payload, self._message_class)
+        return _make_frame(ftype, payload, self.message_class)
 
     def frames(self) -> list[Frame]:
         """Every complete frame, in order."""
@@ -200,7 +218,7 @@ class FrameDecoder:
         return messages, others
 
     def _decode(self, messages: list[Frame], others: list[Frame]) -> None:
-        buf = self._buf
+        buf = self.undecoded
         end = len(buf)
         if end < FRAME_HEADER_SIZE:
             return
@@ -208,7 +226,7 @@ class FrameDecoder:
         add_other = others.append
         pos = 0
         limit = self.max_frame_size
-        msg_class = self._message_class
+        msg_class = self.message_class
         unpack_header = _FRAME_HEADER.unpack_from
         unpack_message = _MESSAGE_HEADER.unpack_from
         view = memoryview(buf)
@@ -221,7 +239,7 @@ class FrameDecoder:
                 else:
                     size, ftype = unpack_header(buf, pos)
                 if size > limit or size < 4:
-                    raise _bad_size(size, limit)
+                    raise _bad_size(size, limit, buf[pos:])
                 stop = pos + 4 + size
                 if stop > end:
                     break

@@ -9,7 +9,7 @@ With it, an asset can be watched with the provider-neutral trigger::
 
     trigger = MessageQueueTrigger(scheme="nsq", topic="orders", channel="airflow")
     watcher = AssetWatcher(name="orders", trigger=trigger)
-    orders = nsq_asset("orders", name="orders", watchers=[watcher])  # nsq://host:port/orders
+    orders = nsq_asset("orders", address="nsqd:4150", name="orders", watchers=[watcher])
 
 Keyword arguments are :class:`~airflow_provider_nsq.triggers.nsq.NSQEventTrigger`'s.
 The deprecated ``queue=`` form takes ``nsq://host:port/topic?channel=name`` (the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,7 +25,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from ..client import NSQMessage
-from ..client.backoff import Backoff
+from ..client.backoff import Backoff, nsqd_unreachable
 from ..client.nsqd_http import HTTP_UNREADABLE, ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
 from ..client.setting_values import Delay, delay_to_ms, is_templated
@@ -33,7 +33,7 @@ from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
 from ..metrics import emitter, task_tags
-from ..protocol.errors import NSQValueError
+from ..protocol.errors import NSQError, NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..triggers.nsq import NSQMessageTrigger, deadline_epoch, deadline_iso
 from .tcp_backoff import TCP_WINDOW_MAX_BACKOFF_S, next_reschedule, tcp_backoff
@@ -60,7 +60,7 @@ _WINDOW_INSTEAD = "opening a window instead (a short window redelivers the messa
 
 Rejected = Literal["finish", "requeue"]
 
-# Re-exported: DAGs import decode_record_body (and may import the others) from here.
+# Re-exported for DAGs that import them from here (the docs use client.records).
 __all__ = [
     "DEFAULT_MAX_XCOM_BYTES",
     "MAX_WINDOW_MESSAGES",
@@ -481,7 +481,7 @@ class NSQSensor(BaseSensorOperator):
             if self.deferrable:
                 _check_deferrable_channel(self.channel)
                 deadline = time.time() + self.timeout
-                if not self.poke(context):
+                if not self._unless_unreachable(self.poke, context):
                     self._timeout_if_past(deadline, None)
                     self._defer(deadline)
             else:
@@ -514,23 +514,51 @@ class NSQSensor(BaseSensorOperator):
         if when is None:  # an event from an older trigger: bound the wait from now
             when = time.time() + self.timeout
         if status == "timeout":
-            self._timeout_if_past(when, event.get("ready"), force=True)
+            self._timeout_if_past(
+                when, event.get("ready"), force=True, unreachable=event.get("unreachable")
+            )
         if status not in ("ready", "message"):  # "message": the trigger's older payload
             detail = event.get("message", "the trigger ended without an event")
             raise AirflowException(f"NSQSensor trigger failed: {detail}")
         self._check_rendered()
         self._metric_tags = task_tags(context)
         try:
-            if not self._window():
+            if not self._unless_unreachable(lambda _: self._window(), context):
                 self._timeout_if_past(when, None)
                 self._defer(when)
             self._deliver(context)
         finally:
             self.hook.close()
 
-    def _timeout_if_past(self, deadline: float, ready: int | None, force: bool = False) -> None:
+    def _unless_unreachable(self, check: Callable[[Context], bool], context: Context) -> bool:
+        """``check(context)`` before a deferral; an nsqd that cannot be reached counts as
+        "not yet" (False), and the trigger tries it again with backoff until the deadline:
+        nsqd may be restarting. Any other error fails the task."""
+        try:
+            return check(context)
+        except NSQError as exc:
+            if not nsqd_unreachable(exc):
+                raise
+            self.log.warning(
+                "nsqd cannot be reached for %s/%s (%s); deferring: the trigger tries again "
+                "at once, then with backoff, until the sensor's timeout",
+                self.topic,
+                self.channel,
+                exc,
+            )
+            return False
+
+    def _timeout_if_past(
+        self,
+        deadline: float,
+        ready: int | None,
+        force: bool = False,
+        unreachable: str | None = None,
+    ) -> None:
         if force or time.time() >= deadline:
             seen = "" if ready is None else f" ({ready} were ready at the last check)"
+            if unreachable:
+                seen += f"; nsqd could not be reached at the last try: {unreachable}"
             raise AirflowSensorTimeout(
                 f"Sensor has timed out: {self.topic}/{self.channel} did not yield "
                 f"{self.min_messages} message(s) within {self.timeout}s{seen}"

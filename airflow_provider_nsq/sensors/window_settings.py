@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..client.setting_values import duration_to_seconds, is_templated
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
+from ..protocol.value_checks import is_int
 
 #: nsqd's default --max-rdy-count: a window holds all its messages in flight at once.
 MAX_WINDOW_MESSAGES = DEFAULT_MAX_RDY_COUNT
@@ -29,7 +30,7 @@ def message_count(name: str, value: object) -> int:
     count = value
     if isinstance(value, str) and value.strip().isdigit():
         count = int(value.strip())
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_int(count) or count < 1:  # the error shows the value as given ('0')
         raise NSQValueError(f"{name} must be an int >= 1, got {value!r}")
     return count
 

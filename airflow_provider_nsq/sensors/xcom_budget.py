@@ -29,8 +29,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..protocol.errors import NSQValueError
+from ..protocol.value_checks import check_int
 
+#: The smallest cap: one small record must fit.
+MIN_MAX_XCOM_BYTES = 256
 #: A sixteenth of MySQL's default max_allowed_packet (64 MiB), the smallest limit of the
 #: metadata databases Airflow supports (see the module docstring).
 DEFAULT_MAX_XCOM_BYTES = 4 * 1024 * 1024
@@ -61,6 +63,4 @@ def records_that_fit(sizes: Sequence[int], max_bytes: int) -> int:
 
 def check_max_xcom_bytes(value: object) -> int:
     """``max_xcom_bytes`` as an int: at least one small record must fit."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 256:
-        raise NSQValueError(f"max_xcom_bytes must be an int of at least 256 (bytes), got {value!r}")
-    return value
+    return check_int(value, "max_xcom_bytes", minimum=MIN_MAX_XCOM_BYTES)

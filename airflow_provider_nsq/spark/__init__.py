@@ -17,6 +17,11 @@ writer 4.0+, its stream reader 4.2+. Names are imported when first used, so impo
 this package works on any of them (and without PySpark: the option parsers are plain
 Python); a name whose PySpark is too old raises one ImportError naming the version.
 
+Importing it checks that ``pyspark`` and ``pyspark-client`` (Airflow's Spark provider pulls
+it in), when both are installed, are one version: they share the ``pyspark/`` folder, and
+a mix fails jobs deep inside Spark; the ImportError names both and the fix
+(:func:`.versions.check_one_pyspark`).
+
 Importing this package never imports Airflow (executors have only the client). On the
 DAG side, options come from an Airflow connection as
 ``options_from_settings(NSQHook(conn_id).get_settings())`` (``source="read"`` for the
@@ -30,7 +35,11 @@ from typing import TYPE_CHECKING
 from ..client.lazy_names import lazy_names
 from .option_sets import NSQOptionError, options_from_client_config, options_from_settings
 from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
+from .versions import check_one_pyspark
 from .writer_options import KNOWN_OPTIONS, NSQWriteOptions
+
+# Before any submodule imports PySpark: a mixed install fails here, saying how to fix it.
+check_one_pyspark()
 
 if TYPE_CHECKING:
     from .dataframe_publisher import publish_dataframe

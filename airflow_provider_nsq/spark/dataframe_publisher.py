@@ -28,6 +28,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.types import StructType
 
 from .message_bodies import choose_body_column
+from .option_sets import option_text
 from .partition_publisher import NSQPartitionSummary, publish_partition
 from .write_summary import report_write
 from .writer_options import NSQWriteOptions
@@ -81,7 +82,7 @@ def publish_dataframe(
         before anything is published.
     """
     given = {**(options or {}), **more}
-    parsed = NSQWriteOptions.parse({key: _option_text(value) for key, value in given.items()})
+    parsed = NSQWriteOptions.parse({key: option_text(value) for key, value in given.items()})
     schema = df.schema
     # Columns renamed by position: mapInArrow resolves each column by its name, which
     # fails for names with dots (PySpark reads `a.b` as a field of `a`). The encoder
@@ -104,14 +105,6 @@ def publish_dataframe(
         report_write(parsed, done + [None] * failed, aborted=True)
         raise
     return report_write(parsed, [NSQPartitionSummary(**r.asDict()) for r in rows], aborted=False)
-
-
-def _option_text(value: Any) -> Any:
-    # What DataFrameWriter.option() does with a value, so both take the same input;
-    # None stays None and the parser names the option.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return value if value is None else str(value)
 
 
 class _SummaryList(AccumulatorParam):

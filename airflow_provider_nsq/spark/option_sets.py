@@ -4,10 +4,11 @@ Spark hands a data source its options as strings (keys lower-cased). The writer'
 options (:mod:`.writer_options`) and the stream reader's (:mod:`.reader_options`) are
 each the data source's own (described on their option classes), plus ``nsqd``, plus
 every connection setting (:class:`~..client.connection_settings.ConnectionSettings` and
-the :class:`~..client.config.ClientConfig` fields in it) whose sources name that set. A
+the :class:`~..client.config.ClientConfig` fields in it) the set does not refuse. A
 setting added to ``ClientConfig`` therefore reaches both sets, the Airflow connection's
-extras and its form, with no edit here; a setting a set does not take is refused with
-the reason its description gives.
+extras and its form, with no edit here; a setting a set refuses is refused with the
+reason given here (:data:`CONNECTION_OPTIONS`, and each set's refusals of the other's
+own options).
 
 Everything here is plain Python with no Spark or Airflow import, so a wrong option fails
 with one message naming it before a single row moves, and the parsed result is a small
@@ -18,24 +19,59 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from ..client.address import (
+    DEFAULT_NSQD_TCP_PORT,
+    format_address,
+    nsqd_tcp_address,
+    parse_address,
+)
 from ..client.config import ClientConfig
 from ..client.connection_settings import ConnectionSettings
-from ..client.setting_fields import (
-    NOWHERE,
-    READ,
-    WRITE,
-    Setting,
-    Source,
-    for_source,
-    read_settings,
-    setting,
-    settings_of,
-)
+from ..client.setting_fields import Setting, SettingSource, setting, settings_of
 from ..protocol.errors import NSQSettingError, NSQValueError
 from ..protocol.names import validate_topic_name
+from ..protocol.value_checks import is_bool
+
+#: Which option set: the writer's (``df.write.format("nsq")``, ``publish_dataframe``) or
+#: the stream reader's (``spark.readStream.format("nsq")``).
+OptionSetName = Literal["write", "read"]
+WRITE: OptionSetName = "write"
+READ: OptionSetName = "read"
+
+_TCP_ONLY = "the data source speaks nsqd's TCP protocol only"
+#: Connection settings the data source never takes, and why (both sets).
+_NEITHER_SET = {"http_port": _TCP_ONLY, "https_port": _TCP_ONLY}
+#: An Airflow task's link to nsqadmin: no option of a data source.
+_AIRFLOW_ONLY = frozenset({"nsqadmin_url"})
+
+#: The connection settings each set takes: every one not refused here, with the reason.
+CONNECTION_OPTIONS: dict[OptionSetName, SettingSource] = {
+    WRITE: SettingSource(
+        refused={
+            **_NEITHER_SET,
+            "msg_timeout_ms": "it only applies to consumers; the nsq data source only publishes",
+            "max_req_timeout_ms": "it only limits DPUB and REQ delays; the data source uses MPUB",
+            "lookupd_http_addresses": "the writer publishes to nsqds, not through "
+            "nsqlookupd: set option 'nsqd' (and 'nsqd_tcp_addresses' to spread partitions "
+            "over more nsqds)",
+        },
+        leaves_out=_AIRFLOW_ONLY,
+    ),
+    READ: SettingSource(
+        refused={
+            **_NEITHER_SET,
+            "max_req_timeout_ms": "the stream reader only REQs without delay",
+        },
+        leaves_out=_AIRFLOW_ONLY,
+    ),
+}
+#: Why each set refuses a path (``.save(path)``, ``.load(path)``).
+_NO_PATH: dict[OptionSetName, str] = {
+    WRITE: "the nsq data source takes no path: call .option('topic', ...).save()",
+    READ: "the nsq data source takes no path: set .option('topic', ...)",
+}
 
 
 class NSQOptionError(NSQValueError):
@@ -50,7 +86,7 @@ def nsqd_address(raw: str) -> str:
     """One nsqd's TCP address as ``host:port`` (a bare host means port 4150)."""
     if "," in raw:
         raise NSQValueError("one address; list several in 'nsqd_tcp_addresses'")
-    return format_address(*parse_address(raw, DEFAULT_NSQD_TCP_PORT, "nsqd's TCP address"))
+    return nsqd_tcp_address(raw, "nsqd's TCP address")
 
 
 def parse_nsqd_address(raw: str, option: str = "nsqd") -> tuple[str, int]:
@@ -61,55 +97,44 @@ def parse_nsqd_address(raw: str, option: str = "nsqd") -> tuple[str, int]:
         raise NSQOptionError(option, str(exc)) from None
 
 
-def refused(source: Source, **why: str) -> dict[str, Setting]:
-    """Options the ``source`` set refuses, each with the reason (the other set's own)."""
-    return {
-        name: Setting(name, "", sources=NOWHERE, refused={source: reason}, name=name)
-        for name, reason in why.items()
-    }
-
-
-#: Options of both sets that are no field of theirs.
-COMMON: dict[str, Setting] = {
-    "nsqd": Setting(
-        "nsqd",
-        "nsqd's TCP address, host:port (a bare host means port 4150).",
-        convert=nsqd_address,
-        sources=frozenset({WRITE, READ}),
-        name="nsqd",
-    ),
-    "path": Setting(
-        "path",
-        "",
-        sources=NOWHERE,
-        refused={
-            WRITE: "the nsq data source takes no path: call .option('topic', ...).save()",
-            READ: "the nsq data source takes no path: set .option('topic', ...)",
-        },
-        name="path",
-    ),
-}
+#: The option of both sets that is no field of theirs: the (first) nsqd.
+NSQD_OPTION = Setting(
+    "nsqd",
+    "nsqd's TCP address, host:port (a bare host means port 4150).",
+    convert=nsqd_address,
+    name="nsqd",
+)
 
 
 class OptionSet:
     """One option set: what it reads (its class's own options, ``nsqd``, the connection
-    settings its ``source`` takes) and what it refuses, with the reasons.
+    settings :data:`CONNECTION_OPTIONS` gives it) and what it refuses, with the reasons.
 
     :param options_class: the option class whose fields describe the set's own options.
-    :param source: :data:`~..client.setting_fields.WRITE` or ``READ``.
-    :param refusals: options of the other set this one refuses (:func:`refused`).
+    :param name: :data:`WRITE` or :data:`READ`.
+    :param refused: more options the set refuses (the other set's own), with why.
     """
 
     def __init__(
-        self, options_class: type, source: Source, refusals: Mapping[str, Setting] | None = None
+        self,
+        options_class: type,
+        name: OptionSetName,
+        refused: Mapping[str, str] | None = None,
     ) -> None:
-        self.source = source
+        self.name = name
         self.own = settings_of(options_class)
-        self.settings: dict[str, Setting] = {}
-        for part in (COMMON, refusals or {}, ConnectionSettings.described(), self.own):
-            self.settings.update(part)
+        self.settings: dict[str, Setting] = {
+            **ConnectionSettings.described(),
+            "nsqd": NSQD_OPTION,
+            **self.own,
+        }
+        connection = CONNECTION_OPTIONS[name]
+        self.source = SettingSource(
+            refused={**connection.refused, "path": _NO_PATH[name], **(refused or {})},
+            leaves_out=connection.leaves_out,
+        )
         #: The option names the set takes, sorted.
-        self.known: tuple[str, ...] = tuple(sorted(for_source(self.settings, source)))
+        self.known: tuple[str, ...] = tuple(sorted(self.source.takes(self.settings)))
 
     def read(self, options: Mapping[str, object]) -> dict[str, Any]:
         """Spark's option strings (keys case-insensitive) read by their settings: each
@@ -123,7 +148,7 @@ class OptionSet:
             if not isinstance(value, str):
                 raise NSQOptionError(key, f"expected a string, got {type(value).__name__}")
         try:
-            return read_settings(self.settings, given, self.source)
+            return self.source.read(self.settings, given)
         except NSQSettingError as exc:
             raise NSQOptionError(exc.setting, exc.reason) from None
 
@@ -154,11 +179,9 @@ class OptionSet:
         return values[option]
 
 
-def topic_option(doc: str, source: Source) -> dict[str, Setting]:
+def topic_option(doc: str) -> dict[str, Setting]:
     """The ``metadata`` of an option set's ``topic`` field."""
-    return setting(
-        "topic", doc, convert=lambda raw: validate_topic_name(raw.strip()), sources={source}
-    )
+    return setting("topic", doc, convert=lambda raw: validate_topic_name(raw.strip()))
 
 
 def options_repr(options: Any) -> str:
@@ -172,7 +195,7 @@ def options_repr(options: Any) -> str:
 
 
 def options_from_settings(
-    settings: ConnectionSettings | ClientConfig, source: Source = WRITE
+    settings: ConnectionSettings | ClientConfig, source: OptionSetName = WRITE
 ) -> dict[str, str]:
     """Data source options equivalent to a connection's settings (string values, as
     Spark takes them), for the writer (``source="write"``, the default) or the stream
@@ -194,12 +217,13 @@ def options_from_settings(
     }
     out = {"nsqd": format_address(config.host, config.port)}
     defaults = ClientConfig(host=config.host, port=config.port)
-    for name, described in for_source(ConnectionSettings.described(), source).items():
+    taken = CONNECTION_OPTIONS[source].takes(ConnectionSettings.described())
+    for name, described in taken.items():
         value = values.get(name)
         default = getattr(defaults, name, described.default)
         if value is None or value == default or value == ():
             continue
-        out[name] = _option_text(value)
+        out[name] = ",".join(value) if isinstance(value, tuple) else option_text(value)
     return out
 
 
@@ -209,9 +233,10 @@ def options_from_client_config(config: ClientConfig) -> dict[str, str]:
     return options_from_settings(config)
 
 
-def _option_text(value: object) -> str:
-    if isinstance(value, bool):
+def option_text(value: Any) -> Any:
+    """A value as an option's text, as ``DataFrameWriter.option()`` writes it: ``True``
+    is ``"true"``, a number its text; None stays None (the parser then names the
+    option)."""
+    if is_bool(value):
         return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value)
+    return value if value is None else str(value)

@@ -16,9 +16,9 @@ from typing import Any
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import ClientConfig
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
-from ..client.setting_fields import READ, setting
+from ..client.setting_fields import setting
 from ..protocol.names import validate_channel_name
-from .option_sets import NSQOptionError, OptionSet, options_repr, refused, topic_option
+from .option_sets import READ, NSQOptionError, OptionSet, options_repr, topic_option
 
 # A batch is held in flight until Spark commits it, and nsqd lets one connection have at
 # most --max-rdy-count (2500) unanswered: batch size, connections per nsqd and memory go
@@ -32,17 +32,15 @@ DEFAULT_MIN_PARTITIONS = 2
 #: (2 x 40,000 messages / 2,500 per connection).
 DEFAULT_MAX_CONNECTIONS_PER_NSQD = 32
 
-_READER = frozenset({READ})
-
 
 def _count(label: str, doc: str) -> dict[str, Any]:
     """The metadata of a whole-number option >= 1."""
-    return setting(label, doc, kind="integer", minimum=1, sources=_READER)
+    return setting(label, doc, kind="integer", minimum=1)
 
 
 def _seconds(label: str, doc: str) -> dict[str, Any]:
     """The metadata of an option in seconds (> 0)."""
-    return setting(label, doc, kind="seconds", sources=_READER)
+    return setting(label, doc, kind="seconds")
 
 
 @dataclass(frozen=True)
@@ -55,13 +53,12 @@ class NSQReadOptions:
     (as for an Airflow connection: those are where the writer publishes).
     """
 
-    topic: str = field(metadata=topic_option("Topic to read.", READ))
+    topic: str = field(metadata=topic_option("Topic to read."))
     channel: str = field(
         metadata=setting(
             "channel",
             "Channel to read (created by the first subscription).",
             convert=lambda raw: validate_channel_name(raw.strip()),
-            sources=_READER,
         )
     )
     #: ``nsqd`` and ``nsqd_tcp_addresses``, as (host, port), each once.
@@ -161,13 +158,12 @@ class NSQReadOptions:
 READ_OPTIONS = OptionSet(
     NSQReadOptions,
     READ,
-    refused(
-        READ,
-        format="it is a writer option; the reader's rows always have the same columns",
-        body_column="it is a writer option; the message body is the 'body' column",
-        batch_size="it is a writer option; use max_messages_per_batch / max_bytes_per_batch",
-        summary_file="it is a writer option",
-    ),
+    refused={
+        "format": "it is a writer option; the reader's rows always have the same columns",
+        "body_column": "it is a writer option; the message body is the 'body' column",
+        "batch_size": "it is a writer option; use max_messages_per_batch / max_bytes_per_batch",
+        "summary_file": "it is a writer option",
+    },
 )
 #: The options the stream reader takes.
 KNOWN_READ_OPTIONS: tuple[str, ...] = READ_OPTIONS.known

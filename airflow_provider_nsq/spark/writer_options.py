@@ -14,15 +14,13 @@ from typing import Any
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..client.config import ClientConfig
-from ..client.setting_fields import WRITE, setting
-from .option_sets import NSQOptionError, OptionSet, options_repr, topic_option
+from ..client.setting_fields import setting
+from .option_sets import WRITE, NSQOptionError, OptionSet, options_repr, topic_option
 
 FORMATS: tuple[str, ...] = ("raw", "json")
 # Tried in order when ``body_column`` is not given (Kafka's sink calls it "value").
 DEFAULT_BODY_COLUMNS: tuple[str, ...] = ("value", "body")
 DEFAULT_BATCH_SIZE = 1000
-
-_WRITER = frozenset({WRITE})
 
 
 @dataclass(frozen=True)
@@ -36,32 +34,28 @@ class NSQWriteOptions:
 
     host: str
     port: int
-    topic: str = field(metadata=topic_option("Topic to publish to.", WRITE))
+    topic: str = field(metadata=topic_option("Topic to publish to."))
     format: str = field(
         default="raw",
         metadata=setting(
             "format",
             "raw: the body column is the message; json: the whole row, as a JSON object.",
             choices=FORMATS,
-            sources=_WRITER,
         ),
     )
     body_column: str | None = field(
         default=None,
-        metadata=setting("body column", "The body column for format=raw.", sources=_WRITER),
+        metadata=setting("body column", "The body column for format=raw."),
     )
     batch_size: int = field(
         default=DEFAULT_BATCH_SIZE,
-        metadata=setting(
-            "batch size", "Messages per MPUB call.", kind="integer", minimum=1, sources=_WRITER
-        ),
+        metadata=setting("batch size", "Messages per MPUB call.", kind="integer", minimum=1),
     )
     summary_file: str | None = field(
         default=None,
         metadata=setting(
             "summary file",
             "Where commit and abort write the JSON summary, on the driver.",
-            sources=_WRITER,
         ),
     )
     client: Mapping[str, Any] = field(default_factory=dict)

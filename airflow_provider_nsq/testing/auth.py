@@ -15,16 +15,16 @@ Unknown secrets are refused (the server answers 403 ``forbidden``).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from .servers.lifecycle import StartStop
+from .servers.http_server import Request, Response, start_http_server
+from .servers.loop_thread import ServiceOnLoop
 
 __all__ = ["AuthRequest", "AuthServer", "StaticAuthorizer", "allow_all"]
 
@@ -77,83 +77,57 @@ class StaticAuthorizer:
         return copy.deepcopy(answer)
 
 
-class AuthServer(StartStop):
+class AuthServer(ServiceOnLoop[asyncio.Server]):
     """An nsqd-compatible auth HTTP server on 127.0.0.1 (``GET /auth``), in a thread.
 
     ``address`` is ``"127.0.0.1:PORT"`` for ``auth_http_address`` / nsqd's
     ``--auth-http-address``. Answers 200 + JSON for known secrets, 403 ``forbidden``
-    otherwise. :attr:`requests` records what was asked.
+    otherwise, 404 on another path, 405 to another method. :attr:`requests` records what
+    was asked. It is served by the embedded daemons' HTTP server, on its own loop thread.
     """
+
+    thread_name = "auth-server"
 
     def __init__(self, secrets: Mapping[str, Mapping[str, Any]], host: str = "127.0.0.1") -> None:
         self.secrets = {k: dict(v) for k, v in secrets.items()}
         self.requests: list[AuthRequest] = []
         self._lock = threading.Lock()
         self._host = host
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     @property
     def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("the auth server is not running")
-        return int(self._server.server_address[1])
+        return int(self._started().sockets[0].getsockname()[1])
 
     @property
     def address(self) -> str:
         return f"{self._host}:{self.port}"
 
-    def start(self) -> AuthServer:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                parts = urlsplit(self.path)
-                query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-                request = AuthRequest(
-                    secret=query.get("secret", ""),
-                    remote_ip=query.get("remote_ip", ""),
-                    tls=query.get("tls") == "true",
-                    common_name=query.get("common_name", ""),
-                    accept=self.headers.get("Accept", ""),
-                    path=parts.path,
-                    query=query,
-                )
-                with owner._lock:
-                    owner.requests.append(request)
-                    answer = owner.secrets.get(request.secret)
-                if parts.path != "/auth":
-                    status, body = 404, b"not found"
-                elif answer is None:
-                    status, body = 403, b"forbidden"
-                else:
-                    status, body = 200, json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header(
-                    "Content-Type", "application/json" if status == 200 else "text/plain"
-                )
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # quiet, and the query holds secrets
-
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    def _answer(self, request: Request) -> Response:
+        if request.method != "GET":
+            return Response(405, b"method not allowed", {"Allow": "GET"})
+        query = {k: v[0] for k, v in request.query.items()}
+        asked = AuthRequest(
+            secret=query.get("secret", ""),
+            remote_ip=query.get("remote_ip", ""),
+            tls=query.get("tls") == "true",
+            common_name=query.get("common_name", ""),
+            accept=request.headers.get("accept", ""),
+            path=request.path,
+            query=query,
         )
-        self._thread.start()
-        return self
+        with self._lock:
+            self.requests.append(asked)
+            answer = self.secrets.get(asked.secret)
+        if request.path != "/auth":
+            return Response(404, b"not found", {"Content-Type": "text/plain"})
+        if answer is None:
+            return Response(403, b"forbidden", {"Content-Type": "text/plain"})
+        return Response(200, json.dumps(answer).encode(), {"Content-Type": "application/json"})
 
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-        self._server = None
-        self._thread = None
+    async def _open(self) -> asyncio.Server:
+        return await start_http_server(self._answer, self._host, 0)
+
+    async def _close(self, server: asyncio.Server) -> None:
+        server.close()
+        await server.wait_closed()

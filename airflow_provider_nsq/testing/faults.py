@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
-from ..protocol.command_reader import command_length
 from ..protocol.constants import MAGIC_V2
 from ..protocol.frames import frame_length
 from .servers.loop_thread import ServiceOnLoop
+from .wire.command_reader import command_length
 
 __all__ = [
     "Fault",

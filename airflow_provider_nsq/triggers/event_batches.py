@@ -30,9 +30,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..client import NSQMessage
-from ..client.setting_values import int_in_range, parse_seconds
+from ..client.setting_values import parse_seconds
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
+from ..protocol.value_checks import check_int, is_number
 
 #: Messages per event by default: a burst of up to a thousand becomes one event, and a
 #: busy topic (100 messages/s) one event per ``DEFAULT_MIN_EVENT_INTERVAL_S`` and the
@@ -57,13 +58,13 @@ IDLE_READ_S = 30.0
 def check_batch_size(batch_size: object) -> int:
     """``batch_size`` as an int 1-2500 (nsqd's default --max-rdy-count: a batch can only
     hold messages in flight at once)."""
-    return int_in_range(batch_size, "batch_size", 1, DEFAULT_MAX_RDY_COUNT)
+    return check_int(batch_size, "batch_size", minimum=1, maximum=DEFAULT_MAX_RDY_COUNT)
 
 
 def hold_seconds(value: object, what: str) -> float:
     """A hold (``batch_timeout``, ``min_event_interval``) as float seconds, 0-300: a number
     of seconds or a ``timedelta``."""
-    if value in (0, datetime.timedelta(0)) and not isinstance(value, bool):
+    if (is_number(value) and value == 0) or value == datetime.timedelta(0):
         return 0.0
     try:
         seconds = parse_seconds(value)

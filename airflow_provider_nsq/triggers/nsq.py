@@ -7,8 +7,11 @@ it waits with backoff.
 
 Without the HTTP API (or when it cannot be reached) it peeks over TCP: it subscribes with
 ``RDY min_messages``, holds what arrives until ``min_messages`` have come (or the hold
-ends: a little under nsqd's msg_timeout, or the deadline), then hands them all back at
-once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough. Each peek
+ends: a little under the connection's msg_timeout, or the deadline), then hands them all
+back at once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough.
+The peek asks nsqd for a short msg_timeout of its own and TOUCHes what it holds
+(:mod:`~airflow_provider_nsq.triggers.failover`): a triggerer that dies mid-peek leaves
+the messages in flight for seconds, not a minute. Each peek
 costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
 growing pause.
 
@@ -16,6 +19,8 @@ Both checks cover every nsqd of the connection: with nsqlookupds, the HTTP depth
 summed over the producers they list; the TCP peek is one
 :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` that holds
 ``min_messages`` across every nsqd it reads (one, for a connection that names one).
+
+While it waits it reports its health (:mod:`~airflow_provider_nsq.triggers.health`).
 
 Every wait is bounded: past ``deadline`` the trigger fires ``{"status": "timeout"}``
 itself, so the sensor's timeout holds even where the triggerer's own timeout is not
@@ -28,6 +33,7 @@ triggerer shutdown) closes its connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator
@@ -36,11 +42,15 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..client import AsyncNSQConsumer, NSQMessage
-from ..client.backoff import Backoff
+from ..client.backoff import Backoff, nsqd_unreachable, reconnect_backoff
 from ..client.nsqd_http import HTTP_UNREADABLE
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
-from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQTLSError
+from ..protocol.constants import DEFAULT_MSG_TIMEOUT_MS
+from ..protocol.errors import NSQError
+from ..protocol.value_checks import is_number
+from .failover import trigger_consumer_options
+from .health import TriggerHealth
 from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
@@ -51,12 +61,10 @@ HTTP_MAX_INTERVAL_S = 30.0
 #: After a short TCP peek (which redelivered what it held): doubling, up to this.
 TCP_BACKOFF = 2.0
 TCP_MAX_INTERVAL_S = 120.0
-#: A peek holds messages at most this share of nsqd's msg_timeout: they must be handed
-#: back before nsqd times them out (which would count as a redelivery anyway).
+#: A peek holds messages at most this share of the connection's msg_timeout (nsqd's
+#: default when it sets none), TOUCHing them: the trigger's own msg_timeout is shorter
+#: (failover.py), the peek as long as when it could not TOUCH.
 HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
-#: Reconnect backoff after a dropped TCP connection: first and longest wait, seconds.
-_RECONNECT_START_S = 1.0
-_RECONNECT_MAX_S = 30.0
 #: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
 _METRICS = emitter("triggerer")
 
@@ -70,7 +78,7 @@ def deadline_epoch(value: object) -> float | None:
     """The deadline back from :func:`deadline_iso`'s text (or a number); None if absent."""
     if isinstance(value, str) and value:
         return datetime.datetime.fromisoformat(value).timestamp()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_number(value):
         return float(value)
     return None
 
@@ -84,11 +92,14 @@ class NSQMessageTrigger(BaseTrigger):
     - ``{"status": "ready", "topic", "channel", "ready": N, "checked_by": "http"|"tcp",
       "deadline"}``: at least ``min_messages`` were ready when checked;
     - ``{"status": "timeout", "topic", "channel", "ready": N, "deadline"}``: the deadline
-      passed first (``ready`` is the last count seen, or None);
+      passed first (``ready`` is the last count seen, or None); with ``"unreachable"``
+      (why) when the last check could not reach nsqd;
     - ``{"status": "error", "message": ...}``: nsqd refused the subscription (bad name,
       AUTH), TLS cannot be set up, or the connection's settings are invalid.
 
-    A refused or dropped connection is retried with backoff (nsqd may be restarting).
+    An nsqd that cannot be reached (connection refused, dropped or timed out) is tried
+    again, with the reconnect backoff (:func:`~..client.backoff.reconnect_backoff`: 1 s
+    doubling to 60 s, full jitter), until the deadline: nsqd may be restarting.
 
     :param topic: the topic name.
     :param channel: the channel name (a durable one: see the sensor's docs).
@@ -117,6 +128,7 @@ class NSQMessageTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.read_timeout = read_timeout
         self.consumer: AsyncNSQConsumer | None = None  # the peek's, while it runs
+        self.health = TriggerHealth("sensor", _METRICS, topic=topic, channel=channel)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         # The keyword arguments are the attributes of the same names.
@@ -141,6 +153,23 @@ class NSQMessageTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Check until ready, the deadline, or an error (:meth:`_wait`), reporting the
+        trigger's health (:mod:`~airflow_provider_nsq.triggers.health`) meanwhile."""
+        reporter = asyncio.create_task(self._report_health(self.health))
+        try:
+            async for event in self._wait():
+                yield event
+        finally:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
+
+    async def _report_health(self, health: TriggerHealth) -> None:
+        while True:
+            health.report(self.consumer, per_nsqd=False)
+            await asyncio.sleep(health.seconds_to_report())
+
+    async def _wait(self) -> AsyncIterator[TriggerEvent]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
         try:
             await hook.aget_client_config()
@@ -153,39 +182,33 @@ class NSQMessageTrigger(BaseTrigger):
             "http": Backoff(first, max(HTTP_MAX_INTERVAL_S, first), HTTP_BACKOFF),
             "tcp": Backoff(first, max(TCP_MAX_INTERVAL_S, first), TCP_BACKOFF),
         }
-        reconnect = Backoff(_RECONNECT_START_S, _RECONNECT_MAX_S)
+        reconnect = reconnect_backoff()
         last_ready: int | None = None
+        unreachable: str | None = None  # why the last check could not reach nsqd
         while True:
             remaining = self._remaining()
             if remaining is not None and remaining <= 0:
                 self.log.info(
-                    "Deadline passed: %s of %s message(s) ready on %s/%s",
+                    "Deadline passed: %s of %s message(s) ready on %s/%s%s",
                     last_ready,
                     self.min_messages,
                     self.topic,
                     self.channel,
+                    "" if unreachable is None else f"; nsqd could not be reached ({unreachable})",
                 )
-                yield self._event("timeout", ready=last_ready)
+                extra = {} if unreachable is None else {"unreachable": unreachable}
+                yield self._event("timeout", ready=last_ready, **extra)
                 return
             try:
                 last_ready, checked_by = await self._check(hook, remaining)
-            except (NSQConnectionError, NSQTimeoutError) as exc:
-                if isinstance(exc, NSQTLSError):  # a settings problem: retrying will not fix it
+            except NSQError as exc:
+                if not nsqd_unreachable(exc):  # refused SUB or AUTH, TLS: retrying cannot fix
                     yield TriggerEvent({"status": "error", "message": str(exc)})
                     return
-                wait = reconnect.next()
-                self.log.warning(
-                    "NSQ connection lost while waiting on %s/%s (%s); retrying in %gs",
-                    self.topic,
-                    self.channel,
-                    exc,
-                    wait,
-                )
-                await self._sleep(wait)
+                unreachable = str(exc)
+                await self._retry(reconnect.next(), exc)
                 continue
-            except NSQError as exc:
-                yield TriggerEvent({"status": "error", "message": str(exc)})
-                return
+            unreachable = None
             reconnect.reset()
             _METRICS.incr(f"nsq.sensor.checks.{checked_by}", topic=self.topic, channel=self.channel)
             if checked_by == "http":
@@ -210,22 +233,25 @@ class NSQMessageTrigger(BaseTrigger):
 
     async def _pause(self, seconds: float, ready: int, checked_by: str) -> None:
         """Wait before the next check (longer after each short one)."""
-        self.log.info(
-            "%s of %s message(s) ready on %s/%s (checked by %s); next check in %gs",
-            ready,
-            self.min_messages,
-            self.topic,
-            self.channel,
-            checked_by,
-            seconds,
-        )
-        await self._sleep(seconds)
+        seen = f"{ready} of {self.min_messages} message(s) ready on {self.topic}/{self.channel}"
+        await self._wait_for_next_check(seconds, f"{seen} (checked by {checked_by})", "info")
 
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep, but never past the deadline."""
+    async def _retry(self, seconds: float, exc: NSQError) -> None:
+        """Wait before trying an nsqd that could not be reached again."""
+        why = f"nsqd cannot be reached for {self.topic}/{self.channel} ({exc})"
+        await self._wait_for_next_check(seconds, why, "warning")
+
+    async def _wait_for_next_check(self, seconds: float, what: str, level: str) -> None:
+        """Log ``what`` and when the next check comes, then wait for it; past the deadline
+        it never comes, and the log says so instead (the loop then fires the timeout)."""
         remaining = self._remaining()
-        if remaining is not None:
-            seconds = min(seconds, max(remaining, 0.0))
+        log = getattr(self.log, level)
+        if remaining is not None and seconds >= remaining:
+            remaining = max(remaining, 0.0)
+            log("%s; no next check: the deadline is in %.1fs", what, remaining)
+            await asyncio.sleep(remaining)
+            return
+        log("%s; next check in %.1fs", what, seconds)
         await asyncio.sleep(seconds)
 
     async def _check(self, hook: NSQHook, remaining: float | None) -> tuple[int, str]:
@@ -241,21 +267,30 @@ class NSQMessageTrigger(BaseTrigger):
             )
             depth = None
         if depth is not None:
+            self.health.heard()
             return depth.ready, "http"
-        return await self._peek(hook, remaining), "tcp"
+        ready = await self._peek(hook, remaining)
+        self.health.heard()
+        return ready, "tcp"
 
     async def _peek(self, hook: NSQHook, remaining: float | None) -> int:
         """Hold up to ``min_messages`` deliveries (one in-flight budget over every nsqd of
         the connection, found through nsqlookupd when it names any) until that many came
         or the hold ends, then hand them all back; how many there were."""
-        consumer = self.consumer = AsyncNSQConsumer(
-            self.topic, self.channel, **hook.consumer_options()
-        )
+        # A short msg_timeout of its own (what a dead triggerer held comes back soon),
+        # and TOUCH: the peek lasts as long as the connection's msg_timeout allows.
+        options = trigger_consumer_options(hook)
+        consumer = self.consumer = AsyncNSQConsumer(self.topic, self.channel, **options)
         held: list[NSQMessage] = []
         try:
             await consumer.start(self.min_messages)
-            # A share of nsqd's msg_timeout: handed back before nsqd would time them out.
-            hold = consumer.msg_timeout_ms / 1000 * HOLD_SHARE_OF_MSG_TIMEOUT
+            # A share of the connection's msg_timeout (nsqd's default when it sets none):
+            # a peek takes as long as when it could not TOUCH.
+            hold = (
+                (hook.consumer_options()["config"].msg_timeout_ms or DEFAULT_MSG_TIMEOUT_MS)
+                / 1000
+                * HOLD_SHARE_OF_MSG_TIMEOUT
+            )
             hold = hold if remaining is None else min(hold, remaining)
             ends = time.monotonic() + hold
             self.log.info(
@@ -269,7 +304,8 @@ class NSQMessageTrigger(BaseTrigger):
                 left = ends - time.monotonic()
                 if left <= 0:
                     break
-                held += await consumer.read(min(left, self.read_timeout))
+                touched = consumer.touch_held()  # the trigger's msg_timeout is short
+                held += await consumer.read(min(left, self.read_timeout, touched.next_in))
             consumer.set_max_in_flight(0)  # before the REQ: nsqd must not hand them back
             consumer.requeue(*held)
             return len(held)

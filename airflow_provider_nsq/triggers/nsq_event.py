@@ -21,7 +21,11 @@ redeliver them early. A subscriber that failed (ack timeout, overflow) or a broa
 nobody took gets the whole batch REQ'd; a message every filter rejected is FINished,
 after a publish to ``dead_letter_topic`` when one is set. A triggerer that dies leaves
 its messages in flight: nsqd redelivers them after its msg_timeout, to the next
-triggerer. At-least-once: duplicates, never losses.
+triggerer; the trigger asks nsqd for a short one (10 s, unless the connection sets
+``msg_timeout_ms``: :mod:`~airflow_provider_nsq.triggers.failover`), so that a dead
+triggerer's batch is back about when Airflow has moved its triggers. At-least-once:
+duplicates, never losses. While it runs, the stream reports its health
+(:mod:`~airflow_provider_nsq.triggers.health`).
 
 On Airflow 3.0-3.2 (no ack mode) :meth:`NSQEventTrigger.run` drives the same producer
 itself and settles each batch right after its events are handed to the triggerer, before
@@ -74,6 +78,8 @@ from .event_batches import (
     check_batch_size,
     hold_seconds,
 )
+from .failover import trigger_consumer_options
+from .health import TriggerHealth
 
 try:
     from airflow.triggers.shared_stream import (
@@ -98,15 +104,16 @@ DEFAULT_REQUEUE_DELAY_MS = 5_000
 
 
 async def _start_consumer(
-    hook: NSQHook,
+    options: dict[str, Any],
     topic: str,
     channel: str,
     max_in_flight: int,
     lookupd_poll_interval: float,
 ) -> AsyncNSQConsumer:
-    """A started :class:`AsyncNSQConsumer` over every nsqd of the connection: found
-    through its nsqlookupds when it names any, else its nsqd list (``host:port``, then
-    ``nsqd_tcp_addresses``).
+    """A started :class:`AsyncNSQConsumer` with ``options`` (the connection's, for a
+    trigger: :func:`~.failover.trigger_consumer_options`) over every nsqd of the
+    connection: found through its nsqlookupds when it names any, else its nsqd list
+    (``host:port``, then ``nsqd_tcp_addresses``).
 
     While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the consumer's
     backoff: a triggerer that starts before nsqd must not fail its assets. What retrying
@@ -114,8 +121,6 @@ async def _start_consumer(
     started, the consumer itself reconnects dropped nsqds and re-asks nsqlookupd every
     ``lookupd_poll_interval`` seconds.
     """
-    await hook.aget_client_config()  # consumer_options() then reads the cached settings
-    options = hook.consumer_options()
     backoff = Backoff(RECONNECT_START_S, RECONNECT_MAX_S)
     while True:
         consumer = AsyncNSQConsumer(
@@ -270,6 +275,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
             to_record=self._record,
         )
         self.consumer: AsyncNSQConsumer | None = None
+        self.health: TriggerHealth | None = None
         self._dead_letters: _DeadLetters | None = None
         self._toucher: asyncio.Task[None] | None = None
 
@@ -285,17 +291,33 @@ class NSQEventStreamProducer(SharedStreamProducer):
         check_delay_ms(self.requeue_delay_ms, config.max_req_timeout_ms, what="requeue_delay")
         if self.dead_letter_topic:
             self._dead_letters = _DeadLetters(config, self.dead_letter_topic)
+        # A short msg_timeout of its own: what a dead triggerer held comes back soon.
+        options = trigger_consumer_options(hook)
+        self.health = TriggerHealth(
+            "event",
+            _METRICS,
+            nsqds=() if options["lookupd_http_addresses"] else options["nsqd_tcp_addresses"],
+            **self._tags(),
+        )
         self.consumer = await _start_consumer(
-            hook, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
+            options, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
         )
         self._toucher = asyncio.create_task(self._keep_held_alive())
         while True:
             # What the consumer delivers stays held (and TOUCHed) until it is answered.
-            batch = await self.batcher.next_batch(self.consumer.read)
+            batch = await self.batcher.next_batch(self._read)
             _METRICS.incr("nsq.event.received", len(batch.messages), **self._tags())
             # The batch is both the raw event (its records, and the marks each trigger's
             # filter leaves on it) and what settling it needs.
             yield batch, batch
+
+    async def _read(self, timeout: float) -> list[NSQMessage]:
+        """The consumer's deliveries within ``timeout`` seconds (each is news from its nsqd)."""
+        assert self.consumer is not None
+        messages = await self.consumer.read(timeout)
+        if self.health is not None:
+            self.health.heard_messages(messages)
+        return messages
 
     def get_advance_lane(self, broker_payload: MessageBatch) -> Hashable:
         # FIN is per message (no cumulative offset): one lane per batch, so a batch still
@@ -352,9 +374,15 @@ class NSQEventStreamProducer(SharedStreamProducer):
 
     async def _keep_held_alive(self) -> None:
         """TOUCH what the stream holds (collecting, or waiting for the store) as the
-        consumer decides (``touch_held()``), until cancelled."""
+        consumer decides (``touch_held()``: a third of msg_timeout after delivery
+        or the last TOUCH), and report the stream's health
+        (:mod:`~airflow_provider_nsq.triggers.health`), until cancelled."""
         while self.consumer is not None:
             _, next_in = self.consumer.touch_held()
+            if self.health is not None:
+                if self.health.seconds_to_report() == 0:
+                    self.health.report(self.consumer)
+                next_in = min(next_in, self.health.seconds_to_report())
             await asyncio.sleep(next_in)
 
     async def aclose(self) -> None:

@@ -38,6 +38,7 @@ CLIENTS: tuple[ClientInfo, ...] = (
     ClientInfo(
         "conn-per-msg", "conn_per_message", "new connection + IDENTIFY per call", "reference"
     ),
+    ClientInfo("go", "go_bench", "Go bench_writer/bench_reader (--go-bench)", "reference"),
 )
 
 BY_NAME = {c.name: c for c in CLIENTS}

@@ -23,8 +23,8 @@ import socket
 import sys
 import threading
 
-from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.frames import encode_message, encode_response
+from airflow_provider_nsq.testing.wire.command_reader import CommandReader
 
 _BATCH = 100  # message frames per write to a subscriber
 _BODY = bytes(i % 251 for i in range(200))

@@ -1,7 +1,8 @@
 """Helpers for the Airflow-layer tests: the ``nsq_default`` connection pointing at the
 test broker, an independent consumer to see what nsqd holds, and ``dag.test()``
 runners that report task states and XCom values; :func:`needs_airflow` for what a
-newer Airflow brings (the matrix runs these tests on every supported version)."""
+newer Airflow brings (the matrix runs these tests on every supported version); the
+``postgres`` server the real-Airflow tests keep their metadata DBs on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQMessage
+from airflow_provider_nsq.client import ClientConfig, NSQConsumer, NSQMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_DAGS = ROOT / "tests" / "dags"
@@ -31,6 +33,24 @@ def needs_airflow(minimum: str, what: str) -> pytest.MarkDecorator:
         Version(minimum) > AIRFLOW_VERSION,
         reason=f"{what} needs Airflow >= {minimum}; this is Airflow {AIRFLOW_VERSION}",
     )
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A PostgreSQL server for real Airflows' metadata DBs (one database each: see
+    :mod:`.postgres_server`), started on first use and stopped at the end of the session;
+    skips, naming what is missing, where PostgreSQL cannot be had."""
+    from .postgres_server import PostgresServer, missing
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -55,8 +75,8 @@ def client_config(nsqd, **changes: Any) -> ClientConfig:
 
 def read(nsqd, topic: str, channel: str, count: int, timeout: float = 10.0) -> list[NSQMessage]:
     """What a plain consumer gets: one window of up to ``count`` messages, FIN'd."""
-    with NSQConnection(client_config(nsqd)) as conn:
-        return conn.consume(topic, channel, max_messages=count, timeout=timeout, ack="fin")
+    with NSQConsumer(topic, channel, config=client_config(nsqd)) as consumer:
+        return consumer.consume(max_messages=count, timeout=timeout, ack="fin")
 
 
 def channel_is_empty(nsqd, topic: str, channel: str) -> bool:

@@ -1,7 +1,14 @@
 """A real Airflow for end-to-end tests: ``api-server``, ``scheduler``, ``dag-processor``
-and ``triggerer`` as separate processes in a temporary ``AIRFLOW_HOME`` (SQLite,
-LocalExecutor, everything on 127.0.0.1), each in its own process group so that it can be
-stopped (or killed) whole, its output in ``<root>/<component>.log``."""
+and ``triggerer`` as separate processes in a temporary ``AIRFLOW_HOME`` (LocalExecutor,
+everything on 127.0.0.1), each in its own process group so that it can be stopped (or
+killed) whole, its output in ``<root>/<component>.log``.
+
+The metadata database is SQLite in the home, or a PostgreSQL database (the
+``postgres`` fixture's server, :mod:`.postgres_server`), as deployments run it: there
+several schedulers and triggerers may run at once (``start("scheduler#2")``). Each
+component reports its name as its host name (``job.hostname`` in the metadata DB), so a
+test can tell which triggerer holds a trigger and kill that one.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.error
 import urllib.request
@@ -48,11 +56,34 @@ def wait_until(what: str, predicate: Callable[[], T], timeout: float, interval: 
 
 
 def utc_timestamp(text: str) -> float:
-    """Seconds since the epoch of a timestamp the metadata DB stores (UTC, maybe naive)."""
+    """Seconds since the epoch of a timestamp the metadata DB stores (UTC, maybe naive;
+    :meth:`RealAirflow.query` hands them over as text)."""
     stamp = datetime.datetime.fromisoformat(text)
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=datetime.UTC)
     return stamp.timestamp()
+
+
+#: ``[core] hostname_callable`` of every component: the name it was started as.
+_HOSTNAME_MODULE = textwrap.dedent(
+    """\
+    import os
+    import socket
+
+
+    def hostname():
+        return os.environ.get("NSQ_TEST_COMPONENT") or socket.getfqdn()
+    """
+)
+
+
+def _as_sqlite_gives(value: Any) -> Any:
+    """A PostgreSQL value as SQLite's driver returns it: timestamps and JSON as text."""
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return value
 
 
 class RealAirflow:
@@ -61,6 +92,8 @@ class RealAirflow:
     :param root: an empty directory for the home, the DAGs and the logs.
     :param dag_files: copied into the DAG folder.
     :param env: more environment (connections, ``[metrics]``, ...) for every component.
+    :param database: the metadata DB's SQLAlchemy URL (a PostgreSQL database, see
+        :meth:`~.postgres_server.PostgresServer.create_database`); None: SQLite in the home.
     """
 
     COMPONENTS = {
@@ -70,12 +103,22 @@ class RealAirflow:
         "triggerer": ["triggerer", "--skip-serve-logs"],
     }
 
-    def __init__(self, root: Path, dag_files: Iterable[Path], env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        dag_files: Iterable[Path],
+        env: Mapping[str, str],
+        database: str | None = None,
+    ) -> None:
         self.root = root
         self.home = root / "home"
         self.dags = root / "dags"
         self.home.mkdir()
         self.dags.mkdir()
+        self.database = database
+        site = root / "site"
+        site.mkdir()
+        (site / "nsq_test_component.py").write_text(_HOSTNAME_MODULE)
         for dag_file in dag_files:
             shutil.copy(dag_file, self.dags)
         self.api_port = free_port()
@@ -83,6 +126,10 @@ class RealAirflow:
             **os.environ,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             "AIRFLOW_HOME": str(self.home),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
+            ),
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "nsq_test_component.hostname",
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
             "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
                 [
@@ -105,9 +152,10 @@ class RealAirflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            # A restarted triggerer takes over the dead one's triggers this soon.
+            # Another (or a restarted) triggerer takes over a dead one's triggers this soon.
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "8",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+            **({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database} if database else {}),
             **env,
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -134,20 +182,29 @@ class RealAirflow:
                 f"Airflow cannot start here: `airflow db migrate` failed: {done.stderr[-800:]}"
             )
 
+    @staticmethod
+    def hostname(name: str) -> str:
+        """The host name component ``name`` reports (``job.hostname``): ``scheduler#2``
+        is ``scheduler-2`` (Airflow puts it in metric tags, where ``#`` is refused)."""
+        return name.replace("#", "-")
+
     def start(self, name: str) -> None:
+        """Start a component: ``scheduler``, or ``scheduler#2`` for a second one (its log
+        ``scheduler#2.log``, its host name :meth:`hostname`)."""
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         self.processes[name] = subprocess.Popen(
             [AIRFLOW, *self.COMPONENTS[name.split("#")[0]]],
-            env=self.env,
+            env={**self.env, "NSQ_TEST_COMPONENT": self.hostname(name)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped (or killed) whole
         )
 
-    def start_all(self) -> None:
-        """Every component; skips the test when the API server does not come up."""
-        for name in self.COMPONENTS:
+    def start_all(self, names: Iterable[str] = COMPONENTS) -> None:
+        """Every component (or those ``names``, as :meth:`start` takes them); skips the
+        test when the API server does not come up."""
+        for name in names:
             self.start(name)
         try:
             wait_until("the API server answers", self.api_healthy, 180, interval=1)
@@ -200,12 +257,18 @@ class RealAirflow:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
-    def stop_all(self) -> None:
-        for proc in self.processes.values():
+    def stop(self, name: str) -> None:
+        """Stop one component the way an operator would (SIGINT, then SIGKILL for what
+        is left after 30 s)."""
+        proc = self.processes.pop(name)
+        self._stop([proc])
+
+    def _stop(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
         deadline = time.monotonic() + 30
-        for proc in self.processes.values():
+        for proc in procs:
             try:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
@@ -213,6 +276,9 @@ class RealAirflow:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # stragglers: workers, uvicorn children
             proc.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        self._stop(list(self.processes.values()))
         self.processes.clear()
         for log in self._logs:
             log.close()
@@ -220,6 +286,11 @@ class RealAirflow:
     # -- the metadata DB (read-only, short queries: the scheduler writes meanwhile) --------
 
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Rows of a read-only query (``?`` placeholders), whatever the database, with
+        values as SQLite gives them (timestamps and JSON as text); no rows while the
+        database is locked or its tables do not exist yet (ask again later)."""
+        if self.database is not None:
+            return self._query_postgres(sql, args)
         db = self.home / "airflow.db"
         try:
             with contextlib.closing(
@@ -229,5 +300,70 @@ class RealAirflow:
         except sqlite3.OperationalError:
             return []  # locked, or tables not created yet: ask again later
 
+    def _query_postgres(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        import psycopg2
+        import psycopg2.errors
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.database or "")
+        try:
+            conn = psycopg2.connect(
+                host=url.host,
+                port=url.port,
+                user=url.username,
+                password=url.password,
+                dbname=url.database,
+                connect_timeout=10,
+                options="-c default_transaction_read_only=on",
+            )
+        except psycopg2.OperationalError:
+            return []
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql.replace("?", "%s"), args)
+                return [tuple(map(_as_sqlite_gives, row)) for row in cursor.fetchall()]
+        except psycopg2.errors.UndefinedTable:
+            return []  # not migrated yet
+        finally:
+            conn.close()
+
     def import_errors(self) -> list[str]:
         return [row[0] for row in self.query("SELECT stacktrace FROM import_error")]
+
+    def asset_events(self, asset: str) -> list[tuple[int, dict[str, Any], float]]:
+        """``(id, payload, stored at)`` of each event of the asset named ``asset`` (the
+        payload of the trigger event that made it)."""
+        rows = self.query(
+            "SELECT e.id, e.extra, e.timestamp FROM asset_event e "
+            "JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
+            asset,
+        )
+        return [
+            (row[0], json.loads(row[1]).get("payload", {}), utc_timestamp(row[2])) for row in rows
+        ]
+
+    def dag_runs(self, dag_id: str) -> dict[int, dict[str, Any]]:
+        """Every run of the DAG: state, start/end, and how long its queue entry waited
+        (``queued_at - run_after``: the asset event that queued it until the scheduler
+        made the run)."""
+        rows = self.query(
+            "SELECT id, state, start_date, end_date, queued_at, run_after FROM dag_run "
+            "WHERE dag_id = ?",
+            dag_id,
+        )
+        return {
+            r[0]: {
+                "state": r[1],
+                "start": utc_timestamp(r[2]) if r[2] else None,
+                "end": utc_timestamp(r[3]) if r[3] else None,
+                "queue_wait": utc_timestamp(r[4]) - utc_timestamp(r[5]) if r[4] and r[5] else None,
+            }
+            for r in rows
+        }
+
+    def runs_of_events(self) -> dict[int, list[int]]:
+        """The DAG runs that consumed each asset event (by event id)."""
+        by_event: dict[int, list[int]] = {}
+        for run_id, event_id in self.query("SELECT dag_run_id, event_id FROM dagrun_asset_event"):
+            by_event.setdefault(event_id, []).append(run_id)
+        return by_event

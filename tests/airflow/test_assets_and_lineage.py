@@ -79,21 +79,57 @@ def test_user_info_never_stays_in_an_nsq_asset_uri():
     assert any("auth info" in str(w.message) for w in caught)
 
 
-def test_the_asset_names_the_cluster_by_its_first_lookupd_else_its_nsqd(lookupd_conn, nsqd_conn):
-    assert nsq_asset("orders", nsq_conn_id=lookupd_conn).uri == "nsq://lookupd-1:4161/orders"
-    assert nsq_asset("orders", nsq_conn_id=nsqd_conn).uri == "nsq://nsqd.example.com:4155/orders"
-    asset = nsq_asset("orders", nsq_conn_id=nsqd_conn, name="orders", group="nsq")
+def test_an_asset_with_an_address_reads_no_connection(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NSQ_DEFAULT", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing deprecated, nothing read
+        asset = nsq_asset("orders", address="NSQD.example.com:4155", name="orders", group="nsq")
+    assert asset.uri == "nsq://nsqd.example.com:4155/orders"
     assert (asset.name, asset.group) == ("orders", "nsq")
     assert create_asset(authority="nsqd.example.com:4155", topic="orders") == nsq_asset(
-        "orders", nsq_conn_id=nsqd_conn
+        "orders", address="nsqd.example.com:4155"
     )
+
+
+def test_an_asset_takes_an_address_or_a_connection_not_both(nsqd_conn):
+    with pytest.raises(NSQValueError, match="address or nsq_conn_id, not both"):
+        nsq_asset("orders", address="nsqd.example.com:4155", nsq_conn_id=nsqd_conn)
+
+
+def test_reading_the_address_from_the_connection_at_parse_works_and_warns(lookupd_conn, nsqd_conn):
+    """The deprecated form: the cluster as the connection names it (its first lookupd,
+    else its nsqd), with a warning quoting the ``address=`` to write."""
+    with pytest.warns(FutureWarning, match="address='lookupd-1:4161'") as caught:
+        assert nsq_asset("orders", nsq_conn_id=lookupd_conn).uri == "nsq://lookupd-1:4161/orders"
+    assert "reads connection 'nsq_cluster' when the DAG file is parsed" in str(caught[0].message)
+    with pytest.warns(
+        FutureWarning, match=r"nsq_asset\('orders', address='nsqd.example.com:4155'\)"
+    ):
+        asset = nsq_asset("orders", nsq_conn_id=nsqd_conn, name="orders", group="nsq")
+    assert asset == nsq_asset("orders", address="nsqd.example.com:4155", name="orders", group="nsq")
+
+
+def test_a_missing_connection_says_to_write_the_address(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NSQ_DEFAULT", raising=False)
+    with pytest.raises(Exception, match="nsq_default") as raised:
+        nsq_asset("orders")
+    assert "nsq_asset('orders', address='host:port')" in "\n".join(raised.value.__notes__)
 
 
 def test_asset_outlet_declares_the_topics_asset(nsqd_conn):
     op = NSQPublishOperator(
-        task_id="pub", topic="orders", message="x", nsq_conn_id=nsqd_conn, asset_outlet=True
+        task_id="pub",
+        topic="orders",
+        message="x",
+        nsq_conn_id="nsq_gone",
+        asset_outlet="nsqd.example.com:4155",
     )
     assert [a.uri for a in op.outlets] == [asset_uri("nsqd.example.com:4155", "orders")]
+    with pytest.warns(FutureWarning, match="asset_outlet='nsqd.example.com:4155'"):
+        read = NSQPublishOperator(
+            task_id="pub", topic="orders", message="x", nsq_conn_id=nsqd_conn, asset_outlet=True
+        )
+    assert read.outlets == op.outlets
     plain = NSQMultiPublishOperator(
         task_id="mpub", topic="orders", messages=["a"], nsq_conn_id=nsqd_conn
     )
@@ -107,6 +143,13 @@ def test_asset_outlet_declares_the_topics_asset(nsqd_conn):
 def test_asset_outlet_needs_what_is_fixed_at_parse(kwargs):
     with pytest.raises(NSQValueError, match="asset_outlet=True needs a literal topic"):
         NSQPublishOperator(task_id="pub", message="x", asset_outlet=True, **kwargs)
+
+
+def test_an_asset_outlet_address_needs_a_literal_topic():
+    with pytest.raises(NSQValueError, match="asset_outlet='nsqd:4150' needs a literal topic"):
+        NSQPublishOperator(
+            task_id="pub", message="x", topic="{{ params.topic }}", asset_outlet="nsqd:4150"
+        )
 
 
 # -- OpenLineage (the openlineage extra) -----------------------------------------------
@@ -141,5 +184,8 @@ def test_an_nsq_asset_is_the_same_dataset_in_openlineage(openlineage, lookupd_co
     the asset an event-driven DAG watches) is the dataset the operators name."""
     from airflow.providers.openlineage.utils.utils import translate_airflow_asset
 
-    dataset = translate_airflow_asset(nsq_asset("orders", nsq_conn_id=lookupd_conn), None)
+    dataset = translate_airflow_asset(nsq_asset("orders", address="lookupd-1:4161"), None)
     assert (dataset.namespace, dataset.name) == ("nsq://lookupd-1:4161", "orders")
+    # the dataset a publish operator on the connection naming that lookupd reports
+    op = NSQPublishOperator(task_id="pub", topic="orders", message="x", nsq_conn_id=lookupd_conn)
+    assert op.get_openlineage_facets_on_complete(None).outputs == [dataset]

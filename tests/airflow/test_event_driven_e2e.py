@@ -1,6 +1,9 @@
-"""End to end: a real Airflow (api-server, scheduler, dag-processor, triggerer; SQLite,
+"""End to end: a real Airflow (api-server, scheduler, dag-processor, triggerer;
 LocalExecutor, loopback only) runs ``example_dags/nsq_event_driven.py`` against the
-test nsqd, with no help from extra ("flush") messages:
+test nsqd, with no help from extra ("flush") messages, once on PostgreSQL and once on
+SQLite: Airflow queues asset-triggered runs through different code on each (an
+``INSERT ... ON CONFLICT`` on PostgreSQL, a merge elsewhere), and the trigger's event
+spacing must work with both:
 
 - single messages, one at a time: publish -> asset event -> DAG run latency;
 - a burst of 200 messages published at once, then 50 published one by one: every
@@ -26,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 
 from .conftest import EXAMPLE_DAGS
-from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .real_airflow import RealAirflow, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -41,9 +44,9 @@ CHANNEL = "airflow"  # the example DAG's channel
 
 class Airflow(RealAirflow):
     """The Airflow of this test: the event-driven example DAG, ``nsq_default`` on the
-    test nsqd; and what the metadata DB says about the asset's events and runs."""
+    test nsqd."""
 
-    def __init__(self, root, nsqd, topics: dict[str, str]) -> None:
+    def __init__(self, root, nsqd, topics: dict[str, str], database: str | None) -> None:
         conn = (
             f"nsq://{nsqd.tcp_address}?http_port={nsqd.http_port}"
             # A short msg_timeout: after the kill, nsqd redelivers within seconds.
@@ -53,42 +56,8 @@ class Airflow(RealAirflow):
             root,
             [EXAMPLE_DAGS / "nsq_event_driven.py"],
             {"AIRFLOW_CONN_NSQ_DEFAULT": conn, **topics},
+            database,
         )
-
-    # -- the metadata DB (read-only, short queries: the scheduler writes meanwhile) --------
-
-    def asset_events(self) -> list[tuple[int, dict[str, Any], float]]:
-        rows = self.query(
-            "SELECT e.id, e.extra, e.timestamp FROM asset_event e "
-            "JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
-            ASSET,
-        )
-        return [(row[0], json.loads(row[1])["payload"], utc_timestamp(row[2])) for row in rows]
-
-    def dag_runs(self) -> dict[int, dict[str, Any]]:
-        """Every run of the DAG: state, start/end, and how long its queue entry waited
-        (``queued_at - run_after``: the asset event that queued it until the scheduler
-        made the run)."""
-        rows = self.query(
-            "SELECT id, state, start_date, end_date, queued_at, run_after FROM dag_run "
-            "WHERE dag_id = ?",
-            DAG_ID,
-        )
-        return {
-            r[0]: {
-                "state": r[1],
-                "start": utc_timestamp(r[2]) if r[2] else None,
-                "end": utc_timestamp(r[3]) if r[3] else None,
-                "queue_wait": utc_timestamp(r[4]) - utc_timestamp(r[5]) if r[4] and r[5] else None,
-            }
-            for r in rows
-        }
-
-    def runs_of_events(self) -> dict[int, list[int]]:
-        by_event: dict[int, list[int]] = {}
-        for run_id, event_id in self.query("SELECT dag_run_id, event_id FROM dagrun_asset_event"):
-            by_event.setdefault(event_id, []).append(run_id)
-        return by_event
 
 
 class Scenario:
@@ -114,7 +83,7 @@ class Scenario:
 
     def events_by_number(self) -> dict[int, list[int]]:
         found: dict[int, list[int]] = {}
-        for event_id, payload, _ in self.airflow.asset_events():
+        for event_id, payload, _ in self.airflow.asset_events(ASSET):
             for n in _numbers(payload):
                 found.setdefault(n, []).append(event_id)
         return found
@@ -128,7 +97,7 @@ class Scenario:
         deadline = time.monotonic() + timeout
         while True:
             airflow.check_alive()
-            runs = airflow.dag_runs()
+            runs = airflow.dag_runs(DAG_ID)
             consumed = airflow.runs_of_events()
             found = self.events_by_number()
             missing = numbers - set(found)
@@ -151,14 +120,18 @@ class Scenario:
             time.sleep(1)
 
 
-@pytest.fixture(scope="module")
-def scenario(nsqd, tmp_path_factory) -> Iterator[Scenario]:
+@pytest.fixture(scope="module", params=["postgresql", "sqlite"])
+def scenario(request, nsqd, tmp_path_factory) -> Iterator[Scenario]:
     topic = f"orders_{secrets.token_hex(4)}"
     topics = {"NSQ_EVENTS_TOPIC": topic, "NSQ_RESULTS_TOPIC": f"{topic}_results"}
     # Durable channels from the start: nothing published before a subscriber is lost.
     nsqd.create_channel(topic, CHANNEL)
     nsqd.create_channel(topics["NSQ_RESULTS_TOPIC"], "check")
-    airflow = Airflow(tmp_path_factory.mktemp("event-driven"), nsqd, topics)
+    database = None
+    if request.param == "postgresql":
+        postgres = request.getfixturevalue("postgres")
+        database = postgres.create_database(f"event_driven_{secrets.token_hex(4)}")
+    airflow = Airflow(tmp_path_factory.mktemp("event-driven"), nsqd, topics, database)
     airflow.migrate()
     try:
         airflow.start_all()
@@ -172,7 +145,7 @@ def scenario(nsqd, tmp_path_factory) -> Iterator[Scenario]:
         wait_until("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
         instance = Scenario(nsqd, airflow, topic, topics["NSQ_RESULTS_TOPIC"])
         yield instance
-        print("\nNSQ event-driven e2e: " + " ".join(instance.figures))
+        print(f"\nNSQ event-driven e2e ({request.param}): " + " ".join(instance.figures))
     finally:
         airflow.stop_all()
 
@@ -197,11 +170,11 @@ class Stage:
 
     def __init__(self, airflow: Airflow, numbers: set[int], published: float) -> None:
         consumed = airflow.runs_of_events()
-        runs = airflow.dag_runs()
+        runs = airflow.dag_runs(DAG_ID)
         occurrences: Counter[int] = Counter()
         self.events: set[int] = set()
         first_done: dict[int, float] = {}
-        for event_id, payload, _ in airflow.asset_events():
+        for event_id, payload, _ in airflow.asset_events(ASSET):
             mine = [n for n in _numbers(payload) if n in numbers]
             if not mine:
                 continue
@@ -235,8 +208,8 @@ def test_single_messages_each_start_a_dag_run(scenario):
             ids = scenario.events_by_number().get(n)
             if not ids:
                 return None
-            stored = {e: t for e, _, t in airflow.asset_events()}[ids[0]]
-            runs = airflow.dag_runs()
+            stored = {e: t for e, _, t in airflow.asset_events(ASSET)}[ids[0]]
+            runs = airflow.dag_runs(DAG_ID)
             begun = [
                 start
                 for r in airflow.runs_of_events().get(ids[0], [])
@@ -264,7 +237,7 @@ def test_a_burst_of_200_then_50_one_by_one_all_reach_dag_runs(nsqd, scenario):
     published = scenario.publish(singles, pause=0.1)
     scenario.run_everything(singles, 300)
     singles_stage = Stage(scenario.airflow, singles, published)
-    for _, payload, _ in scenario.airflow.asset_events():
+    for _, payload, _ in scenario.airflow.asset_events(ASSET):
         assert payload["count"] == len(payload["messages"]) >= 1
         for record in payload["messages"]:
             assert (record["topic"], record["channel"], record["nsqd"]) == (
@@ -306,7 +279,7 @@ def test_a_killed_triggerer_loses_no_message(nsqd, scenario):
     crash_batch = first | while_down
     scenario.run_everything(crash_batch, 300)
     recovered_s = time.monotonic() - restarted
-    counts = Counter(n for _, p, _ in airflow.asset_events() for n in _numbers(p))
+    counts = Counter(n for _, p, _ in airflow.asset_events(ASSET) for n in _numbers(p))
     lost = crash_batch - set(counts)
     duplicates = sum(counts[n] - 1 for n in crash_batch)
     scenario.lost = lost
@@ -330,22 +303,21 @@ def test_every_message_was_processed_once_after_deduplication(scenario):
     de-duplicating on (nsqd, id)."""
     airflow = scenario.airflow
     every = scenario.published - scenario.lost
-    events = airflow.asset_events()
+    events = airflow.asset_events(ASSET)
     by_key = {
         (r["nsqd"], r["id"]): json.loads(r["body"])["n"]
         for _, p, _ in events
         for r in p["messages"]
     }
-    with NSQConnection(ClientConfig(host=scenario.nsqd.host, port=scenario.nsqd.tcp_port)) as conn:
-        results = conn.consume(
-            scenario.results_topic, "check", max_messages=len(by_key) * 2, timeout=10
-        )
+    config = ClientConfig(host=scenario.nsqd.host, port=scenario.nsqd.tcp_port)
+    with NSQConsumer(scenario.results_topic, "check", config=config) as consumer:
+        results = consumer.consume(max_messages=len(by_key) * 2, timeout=10)
     keys = [(r["nsqd"], r["id"]) for r in (json.loads(m.body) for m in results)]
     processed = Counter(by_key[k] for k in set(keys))
     assert set(processed) == every and set(processed.values()) == {1}, processed
     result_duplicates = len(keys) - len(set(keys))
 
-    runs = airflow.dag_runs()
+    runs = airflow.dag_runs(DAG_ID)
     waits = sorted(run["queue_wait"] for run in runs.values() if run["queue_wait"] is not None)
     scenario.figures.append(
         f"{len(events)} asset events and {len(runs)} DAG runs in all; results published "

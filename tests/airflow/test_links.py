@@ -71,7 +71,7 @@ def _event_dag(admin_conn: str, trigger):
 
     orders = nsq_asset(
         "orders",
-        nsq_conn_id=admin_conn,
+        address="nsqd:4150",
         name="orders",
         watchers=[AssetWatcher(name="orders_watcher", trigger=trigger)],
     )

@@ -1,5 +1,5 @@
-"""End to end in one real Airflow (api-server, scheduler, dag-processor, triggerer; SQLite,
-LocalExecutor, loopback only) running tests/airflow/production_dags/nsq_production.py
+"""End to end in one real Airflow (api-server, scheduler, dag-processor, triggerer;
+PostgreSQL, LocalExecutor, loopback only) running tests/airflow/production_dags/nsq_production.py
 against the test nsqd, with Airflow's StatsD metrics sent to a UDP listener here and
 nsqadmin played by a small HTTP server here:
 
@@ -13,7 +13,7 @@ nsqadmin played by a small HTTP server here:
   Chromium and Playwright are installed, as the UI shows them in a browser, clicked
   (a screenshot is saved);
 - the ``nsq.*`` metrics with their values and tags, from the task processes and from the
-  triggerer.
+  triggerer (a consume task dead-letters a poison message among them).
 
 One Airflow serves every test of this module, each waiting for the runs it reads
 (``pytest -s`` prints the figures).
@@ -38,10 +38,11 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from airflow_provider_nsq.sensors.tcp_backoff import tcp_pause
 
 from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .statsd_listener import StatsDListener
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -53,6 +54,7 @@ DAG_IDS = (
     "nsq_prod_sensor",
     "nsq_prod_reschedule",
     "nsq_prod_events",
+    "nsq_prod_consume",
 )
 #: DAGs started by an asset event, not by the fixture.
 STARTED_BY_ASSETS = ("nsq_prod_downstream", "nsq_prod_events")
@@ -60,62 +62,6 @@ RESCHEDULE_TIMEOUT_S = 35
 EVENT_MESSAGES = 5
 #: Where the browser check saves its screenshot (for people; the test asserts the page).
 SCREENSHOT_DIR = os.environ.get("NSQ_SCREENSHOT_DIR")
-
-
-class StatsDListener:
-    """A StatsD server on 127.0.0.1: every datagram received, parsed."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._receive, daemon=True)
-        self._thread.start()
-
-    @property
-    def port(self) -> int:
-        return self.sock.getsockname()[1]
-
-    def _receive(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            self.lines.extend(data.decode(errors="replace").splitlines())
-
-    def samples(self, prefix: str) -> list[tuple[str, dict[str, str], float, str]]:
-        """``(name, tags, value, type)`` of each line whose name starts with ``prefix``
-        (InfluxDB-style tags: ``name,k=v:value|type``)."""
-        out = []
-        for line in list(self.lines):
-            head, _, rest = line.partition(":")
-            name, *pairs = head.split(",")
-            if not name.startswith(prefix) or "|" not in rest:
-                continue
-            value, kind = rest.split("|")[:2]
-            tags = dict(p.split("=", 1) for p in pairs if "=" in p)
-            out.append((name, tags, float(value), kind))
-        return out
-
-    def values(self, name: str, **tags: str) -> list[float]:
-        """The values sent for ``name`` with (at least) ``tags``, in order."""
-        return [
-            v
-            for n, t, v, _ in self.samples(name)
-            if n == name and all(t.get(k) == x for k, x in tags.items())
-        ]
-
-    def total(self, name: str, **tags: str) -> float:
-        """A counter's sum over the samples with (at least) ``tags``."""
-        return sum(self.values(name, **tags))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sock.close()
 
 
 class FakeNSQAdmin:
@@ -211,19 +157,23 @@ def _publish(nsqd, topic: str, count: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def production(nsqd, tmp_path_factory) -> Iterator[Production]:
+def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
     token = secrets.token_hex(4)
     topics = {
         "publish": f"prod_pub_{token}",
         "sensor": f"prod_sensor_{token}",
         "reschedule": f"prod_resched_{token}",
         "events": f"prod_events_{token}",
+        "consume": f"prod_consume_{token}",
     }
     nsqd.create_channel(topics["sensor"], "etl")
     _publish(nsqd, topics["sensor"], 3)
     nsqd.create_channel(topics["reschedule"], "etl")
     _publish(nsqd, topics["reschedule"], 1)  # min_messages=2: never enough
     nsqd.create_channel(topics["events"], "airflow")
+    nsqd.create_channel(topics["consume"], "apply")
+    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+        conn.multi_publish(topics["consume"], [b"ok", b"poison", b"ok"])
     statsd, admin = StatsDListener(), FakeNSQAdmin()
     admin_q = quote(admin.url, safe="")
     nsq = f"nsq://{nsqd.tcp_address}"
@@ -234,11 +184,7 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
         "AIRFLOW_CONN_NSQ_DEFAULT": f"{nsq}?http_port={nsqd.http_port}&nsqadmin_url={admin_q}",
         "AIRFLOW_CONN_NSQ_TCP_ONLY": f"{nsq}?nsqadmin_url={admin_q}",
         "AIRFLOW_CONN_NSQ_DOWN": f"nsq://127.0.0.1:{closed}?connect_timeout=2",
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
-        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",  # tags on the wire
+        **statsd.airflow_env(),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",  # the API, the UI: no login
         "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
         "NSQ_PROD_PUBLISH_TOPIC": topics["publish"],
@@ -246,8 +192,10 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
         "NSQ_PROD_RESCHEDULE_TOPIC": topics["reschedule"],
         "NSQ_PROD_EVENTS_TOPIC": topics["events"],
         "NSQ_PROD_RESCHEDULE_TIMEOUT_S": str(RESCHEDULE_TIMEOUT_S),
+        "NSQ_PROD_CONSUME_TOPIC": topics["consume"],
     }
-    airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env)
+    database = postgres.create_database(f"production_{token}")
+    airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env, database)
     result = Production(airflow, statsd, admin, topics)
     airflow.migrate()
     try:
@@ -261,7 +209,12 @@ def production(nsqd, tmp_path_factory) -> Iterator[Production]:
             return set(DAG_IDS) <= found
 
         wait_until("the DAG processor parsed the DAGs", parsed, 240, interval=1)
-        for dag_id in ("nsq_prod_publish", "nsq_prod_publish_error", "nsq_prod_sensor"):
+        for dag_id in (
+            "nsq_prod_publish",
+            "nsq_prod_publish_error",
+            "nsq_prod_sensor",
+            "nsq_prod_consume",
+        ):
             run = airflow.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})
             result.runs[dag_id] = run["dag_run_id"]
         run = airflow.api(
@@ -436,8 +389,9 @@ def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
 
 
 def _read(nsqd, topic: str, channel: str, count: int):
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-        return conn.consume(topic, channel, max_messages=count, timeout=5)
+    config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
+    with NSQConsumer(topic, channel, config=config) as consumer:
+        return consumer.consume(max_messages=count, timeout=5)
 
 
 # -- 4. metrics -----------------------------------------------------------------------------
@@ -484,6 +438,14 @@ def test_the_metrics_reach_statsd_with_their_values(production):
     delays = statsd.values("airflow.nsq.event.delay", **events)
     assert delays and all(0 < d < 120_000 for d in delays)  # milliseconds
 
+    consume = {"dag_id": "nsq_prod_consume", "topic": topics["consume"], "channel": "apply"}
+    assert statsd.total("airflow.nsq.consume.applied", task_id="apply", **consume) == 2
+    assert statsd.total("airflow.nsq.consume.requeued", **consume) == 1  # poison, delivery 1
+    assert statsd.total("airflow.nsq.consume.dead_lettered", **consume) == 1  # delivery 2
+    assert len(statsd.values("airflow.nsq.consume.apply_duration", **consume)) == 4
+    delays = statsd.values("airflow.nsq.consume.delay", **consume)
+    assert len(delays) == 2 and all(0 < d < 300_000 for d in delays)  # milliseconds
+
     by_name: dict[str, float] = defaultdict(float)
     for name, _, value, kind in statsd.samples("airflow.nsq."):
         if kind == "c":
@@ -502,12 +464,17 @@ def test_every_metric_sent_is_a_documented_one(production):
 
     sent = {name.removeprefix("airflow.") for name, *_ in production.statsd.samples("airflow.nsq.")}
     assert sent <= set(METRICS)
-    # This run has no filter, no dead-letter topic and no failed store.
+    # This run has no filter, no dead-letter topic for events, no failed store, no poison
+    # message without a dead-letter topic and no deferred sensor
+    # (test_high_availability_e2e.py has those).
     unused = {
+        "nsq.consume.dead_letter_failed",
+        "nsq.consume.exhausted",
         "nsq.sensor.window.filtered",
         "nsq.event.requeued",
         "nsq.event.dead_lettered",
         "nsq.publish.dpub.errors",
         "nsq.publish.mpub.errors",
+        *(name for name in METRICS if name.startswith("nsq.sensor.health.")),
     }
     assert sent == set(METRICS) - unused

@@ -13,11 +13,14 @@ import textwrap
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, ConnectionSettings
+from airflow_provider_nsq.hooks.connection_form import extra_settings
 from airflow_provider_nsq.hooks.nsq import NSQConnectionConfigError, NSQHook
 from airflow_provider_nsq.protocol.errors import NSQSettingError
 from airflow_provider_nsq.provider_info import CONN_FIELDS
 
 spark = pytest.importorskip("airflow_provider_nsq.spark", reason="needs the spark extra")
+from airflow_provider_nsq.spark.reader_options import READ_OPTIONS  # noqa: E402
+from airflow_provider_nsq.spark.writer_options import WRITE_OPTIONS  # noqa: E402
 
 #: Run in a fresh interpreter: the only edit is a ClientConfig with one more described
 #: field, put in place before anything reads the descriptions.
@@ -139,5 +142,31 @@ def test_spark_says_why_it_takes_no_http_port(option) -> None:
 
 def test_every_extra_is_a_described_setting() -> None:
     described = ConnectionSettings.described()
-    assert set(CONN_FIELDS) == {n for n, s in described.items() if "extra" in s.sources}
+    # Every setting users may write, but the AUTH secret (the connection's password).
+    assert set(CONN_FIELDS) == {n for n, s in described.items() if not s.code_only} - {
+        "auth_secret"
+    }
     assert {"host", "port", "auth_secret", "hostname"}.isdisjoint(CONN_FIELDS)
+    assert list(CONN_FIELDS) == list(extra_settings())  # the parser's source, in order
+
+
+@pytest.mark.parametrize("name", ["write", "read"])
+def test_each_spark_refusal_says_why_through_the_one_mechanism(name) -> None:
+    parse, base = {
+        "write": (spark.NSQWriteOptions.parse, {"nsqd": "n", "topic": "t"}),
+        "read": (spark.NSQReadOptions.parse, {"nsqd": "n", "topic": "t", "channel": "c"}),
+    }[name]
+    option_set = WRITE_OPTIONS if name == "write" else READ_OPTIONS
+    refused = option_set.source.refused
+    # The connection settings a set refuses, the path, and (the reader) the writer's own.
+    assert {"http_port", "https_port", "max_req_timeout_ms", "path"} <= set(refused)
+    assert ("lookupd_http_addresses" in refused) == (name == "write")
+    assert ("format" in refused) == (name == "read")
+    for option, why in refused.items():
+        with pytest.raises(spark.NSQOptionError) as caught:
+            parse({**base, option: "1"})
+        assert str(caught.value) == f"nsq data source option {option!r}: not supported here: {why}"
+    # Taken: every connection setting the set does not refuse (the Airflow-only link aside).
+    connection = {n for n, s in ConnectionSettings.described().items() if not s.code_only}
+    assert connection - set(refused) - {"nsqadmin_url"} <= set(option_set.known)
+    assert "nsqadmin_url" not in option_set.known

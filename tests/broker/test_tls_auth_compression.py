@@ -3,6 +3,7 @@ with TTL re-query) and snappy / deflate on the embedded broker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -14,6 +15,9 @@ import urllib.request
 import pytest
 
 from airflow_provider_nsq.testing.auth import AuthServer, StaticAuthorizer, allow_all
+from airflow_provider_nsq.testing.broker.auth import query_authd
+from airflow_provider_nsq.testing.servers.http_server import Request, Response, start_http_server
+from airflow_provider_nsq.testing.servers.loop_thread import LoopThread
 from tests.broker.wire import cmd, mpub_body
 
 
@@ -150,6 +154,51 @@ def test_http_authorizer_ttl_requery_and_request_shape(nsqd_factory, open_peer):
         assert auth.requests[0].accept == "application/vnd.nsq; version=1.0"
         peer.send(cmd("PUB other", b"x"))
         assert peer.read_frame().data == b'E_UNAUTHORIZED AUTH failed for PUB on "other" ""'
+
+
+def test_a_403_naming_an_https_port_is_asked_again_over_https(tls_files):
+    # nsqd's convention: an auth server answering 403 {"https_port": N} over HTTP wants
+    # the same question over HTTPS on port N (verified against --tls-root-ca-file).
+    answer = allow_all("tls-user")
+    asked: list[tuple[bool, str]] = []
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(tls_files.server_cert, tls_files.server_key)
+
+    def over_https(request: Request) -> Response:
+        asked.append((request.secure, request.target))
+        return Response(200, json.dumps(answer).encode())
+
+    async def open_both() -> tuple[asyncio.Server, asyncio.Server]:
+        https = await start_http_server(over_https, "127.0.0.1", 0, ssl_context=server_tls)
+        https_port = https.sockets[0].getsockname()[1]
+
+        def over_http(request: Request) -> Response:
+            asked.append((request.secure, request.target))
+            return Response(403, json.dumps({"https_port": https_port}).encode())
+
+        return await start_http_server(over_http, "127.0.0.1", 0), https
+
+    async def close_both(servers: tuple[asyncio.Server, asyncio.Server]) -> None:
+        for server in servers:
+            server.close()
+            await server.wait_closed()
+
+    runner: LoopThread[tuple[asyncio.Server, asyncio.Server]] = LoopThread("auth-servers")
+    http, _ = runner.start(open_both, close_both)
+    try:
+        state = query_authd(
+            f"127.0.0.1:{http.sockets[0].getsockname()[1]}",
+            "127.0.0.1",
+            True,
+            "client-cn",
+            b"s3cret",
+            context=ssl.create_default_context(cafile=tls_files.ca_file),
+        )
+    finally:
+        runner.stop()
+    assert state.identity == "tls-user" and state.allows("any_topic", "")
+    target = "/auth?common_name=client-cn&remote_ip=127.0.0.1&secret=s3cret&tls=true"
+    assert asked == [(False, target), (True, target)]
 
 
 def test_auth_server_down_is_auth_failed(nsqd_factory, open_peer):

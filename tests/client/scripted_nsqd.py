@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from airflow_provider_nsq.protocol import encode_error, encode_message, encode_response
-from airflow_provider_nsq.protocol.command_reader import CommandReader
+from airflow_provider_nsq.testing.wire.command_reader import CommandReader
 
 T = TypeVar("T")
 

@@ -136,3 +136,35 @@ def test_the_server_refusing_an_oversized_body_ends_the_publish(
             assert info.value.description.startswith(f"{command} ")
         conn.publish(nsq_topic, b"after")
     _no_unretrieved_exceptions(caplog)
+
+
+def test_a_server_that_freezes_between_two_publishes_times_out_within_read_timeout(kind) -> None:
+    # The asyncio driver bounds every reply wait with one timer per connection, armed at
+    # the first publish: the second one's wait must still last read_timeout from its own
+    # start, not from the timer's.
+    stop = []
+
+    def freeze_after_one(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        peer.send_response(b"OK")
+        peer.read_command()
+        while not stop:
+            time.sleep(0.05)
+
+    read_timeout = 2.0
+    with ScriptedNSQD(freeze_after_one) as server:
+        cfg = ClientConfig(host="127.0.0.1", port=server.port, read_timeout=read_timeout)
+        conn = make_driver(kind, cfg)
+        conn.connect()
+        try:
+            conn.publish("t", b"one")
+            time.sleep(read_timeout * 0.6)  # set-up: the timer armed for "one" is half spent
+            started = time.monotonic()
+            with pytest.raises(NSQTimeoutError, match="did not answer"):
+                conn.publish("t", b"two")
+            waited = time.monotonic() - started
+        finally:
+            stop.append(True)
+            conn.close()
+    assert read_timeout * 0.9 <= waited < read_timeout * 1.3, waited

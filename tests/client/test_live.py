@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.protocol import NSQServerError, NSQTLSError
-from tests.client.drivers import DRIVERS, make_driver
+from tests.client.drivers import DRIVERS, consume_window, make_driver
 
 pytestmark = pytest.mark.parametrize("kind", DRIVERS)
 
@@ -20,8 +20,10 @@ def cfg(server, **kw) -> ClientConfig:
 
 
 def consume_all(server, topic: str, channel: str, n: int, timeout: float = 10.0, **kw):
-    with NSQConnection(cfg(server, **kw)) as conn:
-        return conn.consume(topic, channel, max_messages=n, timeout=timeout)
+    """One window of up to ``n`` messages, FIN'd, as a plain blocking consumer reads it."""
+    return consume_window(
+        "blocking", cfg(server, **kw), topic, channel, max_messages=n, timeout=timeout
+    )
 
 
 def test_publish_then_consume_round_trip(kind, nsqd, nsq_topic) -> None:
@@ -155,8 +157,8 @@ def test_compressed_connections_publish_and_consume(kind, compression, nsqd, nsq
     with make_driver(kind, cfg(nsqd, compression=compression)) as conn:
         assert conn.compression == compression
         conn.multi_publish(nsq_topic, bodies)
-    with make_driver(kind, cfg(nsqd, compression=compression)) as conn:
-        got = conn.consume(nsq_topic, "c", max_messages=3, timeout=10)
+    compressed = cfg(nsqd, compression=compression)
+    got = consume_window(kind, compressed, nsq_topic, "c", max_messages=3, timeout=10)
     assert sorted(m.body for m in got) == sorted(bodies)
 
 
@@ -178,8 +180,7 @@ def test_tls_with_verification_against_a_custom_ca(
         assert conn.tls
         conn.publish(nsq_topic, b"secret payload")
     tls_deflate = cfg(server, tls=True, tls_ca_file=tls_files.ca_file, compression="deflate")
-    with make_driver(kind, tls_deflate) as conn:
-        got = conn.consume(nsq_topic, "c", max_messages=1, timeout=10)
+    got = consume_window(kind, tls_deflate, nsq_topic, "c", max_messages=1, timeout=10)
     assert [m.body for m in got] == [b"secret payload"]
     conn = make_driver(kind, cfg(server, tls=True))  # the system CAs do not know the test CA
     with pytest.raises(NSQTLSError, match="verification"):

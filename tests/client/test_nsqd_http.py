@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConsumer
 from airflow_provider_nsq.client.nsqd_http import ChannelDepth, NSQDHTTPClient
 from airflow_provider_nsq.protocol.errors import (
     NSQConnectionError,
@@ -79,8 +79,9 @@ def test_depth_counts_ready_messages_only(nsqd, api, depth, nsq_topic):
     for body in (b"1", b"2", b"3"):
         nsqd.http_publish(nsq_topic, body)
     nsqd.http_publish(nsq_topic, b"later", defer_ms=600_000)
-    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-        held = conn.consume(nsq_topic, "etl", max_messages=1, timeout=5, ack="manual")
+    config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
+    with NSQConsumer(nsq_topic, "etl", config=config) as consumer:
+        held = consumer.consume(max_messages=1, timeout=5, ack="manual")
         assert len(held) == 1
 
         def settled() -> ChannelDepth | None:

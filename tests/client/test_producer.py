@@ -41,7 +41,13 @@ def test_when_the_nsqd_in_use_goes_away_the_next_publish_fails_over(
         producer.publish(nsq_topic, b"via the first")
         proxy.cut()
         # nsqd's side is gone (EOF waiting): found before anything is written.
-        first.wait_for(lambda: producer._conn is not None and producer._conn._readable())
+        first.wait_for(
+            lambda: (
+                producer._conn is not None
+                and producer._conn._io is not None
+                and producer._conn._io.readable()
+            )
+        )
         producer.publish(nsq_topic, b"via the second")
         assert producer.address == second.tcp_address
     first.wait_for(lambda: depth(first, nsq_topic) == 1 and depth(second, nsq_topic) == 1)

@@ -20,7 +20,7 @@ from airflow_provider_nsq.protocol import (
     NSQTimeoutError,
     NSQValueError,
 )
-from tests.client.drivers import DRIVERS, make_driver
+from tests.client.drivers import DRIVERS, make_consumer, make_driver
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
 
 pytestmark = pytest.mark.parametrize("kind", DRIVERS)
@@ -158,17 +158,34 @@ def test_frames_split_into_single_bytes_are_reassembled(kind) -> None:
         ]
 
 
-def test_pointing_at_nsqds_http_port_says_so(kind) -> None:
+@pytest.mark.parametrize(
+    "response, seen",
+    [
+        # nsqd's own HTTP port (what a mistyped port usually is)
+        (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", "(HTTP/1.1 400 Bad Request)"),
+        # an HTTP proxy in front of it: reported as seen, not blamed on nsqd
+        (
+            b"HTTP/1.1 502 Bad Gateway\r\nServer: envoy\r\nContent-Length: 0\r\n\r\n",
+            "(HTTP/1.1 502 Bad Gateway; Server: envoy)",
+        ),
+    ],
+)
+def test_an_http_answer_is_quoted_and_its_source_asked(kind, response, seen) -> None:
     def http(peer: Peer) -> None:
         peer.expect_magic()
-        peer.send(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        peer.send(response)
         peer.close()
 
     with ScriptedNSQD(http) as server:
         conn = make_driver(kind, config(server))
-        with pytest.raises(NSQProtocolError, match="HTTP port"):
+        with pytest.raises(NSQProtocolError) as info:
             conn.connect()
         conn.close()
+    text = str(info.value)
+    assert f"got an HTTP response where NSQ frames were expected {seen}" in text
+    assert "is this nsqd's HTTP port (4151 by default) or an HTTP proxy?" in text
+    assert "TCP port (4150 by default)" in text
+    assert "this address is nsqd's HTTP port" not in text  # a hint, not a verdict
 
 
 def test_oversized_frame_is_a_protocol_error_not_an_allocation(kind) -> None:
@@ -310,19 +327,17 @@ def test_manual_window_hands_back_messages_and_close_requeues_the_rest(kind) -> 
         assert peer.read_command()[0] == "RDY 2"
         peer.send_message(b"000000000000000a", b"one")
         peer.send_message(b"000000000000000b", b"two")
-        assert peer.read_command()[0] == "CLS"
-        peer.send_response(b"CLOSE_WAIT")
         while True:
-            peer.read_command()
+            if peer.read_command()[0] == "CLS":
+                peer.send_response(b"CLOSE_WAIT")
 
     with ScriptedNSQD(script) as server:
-        conn = make_driver(kind, config(server))
-        conn.connect()
-        got = conn.consume("t", "c", max_messages=2, timeout=5, ack="manual")
+        consumer = make_consumer(kind, "t", "c", config(server))
+        got = consumer.consume(max_messages=2, timeout=5, ack="manual")
         assert [m.body for m in got] == [b"one", b"two"]
         got[0].finish()
         got[0].finish()  # idempotent
-        conn.close()
+        consumer.close()
         server.done.wait(5)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -330,4 +345,5 @@ def test_manual_window_hands_back_messages_and_close_requeues_the_rest(kind) -> 
         if "REQ 000000000000000b 0" in lines:
             break
         time.sleep(0.01)
-    assert lines[-2:] == ["FIN 000000000000000a", "REQ 000000000000000b 0"]
+    answers = [line for line in lines if line.startswith(("FIN", "REQ"))]
+    assert answers == ["FIN 000000000000000a", "REQ 000000000000000b 0"]

@@ -18,8 +18,8 @@ from airflow_provider_nsq.protocol import (
     ResponseFrame,
     parse_message,
 )
-from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.compression import DeflateCodec, SnappyCodec
+from airflow_provider_nsq.testing.wire.command_reader import CommandReader
 from tests.conformance.transcript import FILES, Transcript, recv_wire, sent_plain
 
 

@@ -80,11 +80,11 @@ class Testbed:
 
     def read(self, topic: str, channel: str, count: int, timeout: float = 10.0) -> list[bytes]:
         """The bodies one subscribe window on the test nsqd gets (up to ``count``), FIN'd."""
-        from airflow_provider_nsq.client import ClientConfig, NSQConnection
+        from airflow_provider_nsq.client import ClientConfig, NSQConsumer
 
         config = ClientConfig(host=self.nsqd.host, port=self.nsqd.tcp_port)
-        with NSQConnection(config) as conn:
-            messages = conn.consume(topic, channel, max_messages=count, timeout=timeout)
+        with NSQConsumer(topic, channel, config=config) as consumer:
+            messages = consumer.consume(max_messages=count, timeout=timeout)
         return [message.body for message in messages]
 
     def call_test(self, function: Callable[..., Any]) -> Any:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
-from airflow_provider_nsq.testing.pytest_plugin import NSQDServer
-from airflow_provider_nsq.testing.topology import NSQLookupdServer, NSQTopology
+from airflow_provider_nsq.testing.lookupd_server import NSQLookupdServer
+from airflow_provider_nsq.testing.nsqd_server import NSQDServer
+from airflow_provider_nsq.testing.topology import NSQTopology
 
 
 def closed_port() -> int:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
-from airflow_provider_nsq.testing.pytest_plugin import NSQDServer
-from airflow_provider_nsq.testing.topology import NSQLookupdServer
+from airflow_provider_nsq.testing.lookupd_server import NSQLookupdServer
+from airflow_provider_nsq.testing.nsqd_server import NSQDServer
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A raw-socket ``"  V1"`` peer for lookupd tests: send bytes, read replies, see closes.
 
-Deliberately independent of ``airflow_provider_nsq.protocol.lookupd``: the lookupd is
+Deliberately independent of ``airflow_provider_nsq.testing.wire.registration``: the lookupd is
 checked against the recorded bytes, not against our own codec.
 """
 

@@ -172,7 +172,29 @@ def test_decoder_rejects_impossible_sizes(size: int, text: str) -> None:
 def test_decoder_names_an_http_peer() -> None:
     decoder = FrameDecoder()
     decoder.feed(b"HTTP/1.1 400 Bad Request\r\n")
-    with pytest.raises(NSQProtocolError, match="HTTP port"):
+    with pytest.raises(NSQProtocolError, match="HTTP port") as info:
+        decoder.frames()
+    assert "(HTTP/1.1 400 Bad Request)" in str(info.value)
+
+
+def test_an_http_answer_is_reported_as_seen_and_its_source_asked_not_asserted() -> None:
+    # Any HTTP server answers an NSQ client so: nsqd's HTTP port, or a proxy in front.
+    response = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nServer: nginx/1.25.3\r\n\r\n"
+    for decode in ("frames", "next_frame", "needed"):
+        decoder = FrameDecoder()
+        decoder.feed(response)
+        with pytest.raises(NSQProtocolError) as info:
+            getattr(decoder, decode)()
+        text = str(info.value)
+        assert text.startswith(
+            "got an HTTP response where NSQ frames were expected "
+            "(HTTP/1.1 502 Bad Gateway; Server: nginx/1.25.3): is this nsqd's HTTP port "
+            "(4151 by default) or an HTTP proxy?"
+        ), text
+        assert "TCP port (4150 by default)" in text
+    decoder = FrameDecoder()
+    decoder.feed(b"HTTP/1.1 40")  # the status line not complete yet: nothing quoted
+    with pytest.raises(NSQProtocolError, match=r"expected: is this nsqd's HTTP port"):
         decoder.frames()
 
 

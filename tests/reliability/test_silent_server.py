@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.client import AsyncNSQConnection, ClientConfig, NSQConnection
+from airflow_provider_nsq.client import (
+    AsyncNSQConnection,
+    AsyncNSQConsumer,
+    ClientConfig,
+    NSQConnection,
+    NSQConsumer,
+)
 from airflow_provider_nsq.client.http import ahttp_request, http_request
 from airflow_provider_nsq.client.nsqd_http import NSQDHTTPClient
 from airflow_provider_nsq.hooks.nsq import NSQHook
@@ -108,7 +114,6 @@ DRIVER_CALLS: dict[str, Callable[[Any], Any]] = {
     "multi_publish": lambda c: c.multi_publish("t", [b"x", b"y"]),
     "ping": lambda c: c.ping(),
     "subscribe": lambda c: c.subscribe("t", "c"),
-    "consume": lambda c: c.consume("t", "c", max_messages=1, timeout=0.2),
 }
 
 
@@ -141,6 +146,21 @@ def test_asyncio_calls_on_a_stalled_connection_time_out(stalled, call) -> None:
             await DRIVER_CALLS[call](conn)
 
     bounded(run, TIMEOUT, NSQTimeoutError)
+
+
+@pytest.mark.parametrize("kind", ["blocking", "asyncio"])
+def test_a_consume_window_on_a_stalled_connection_times_out(stalled, kind) -> None:
+    # What the drivers' own windows were checked for here: a consumer's window (SUB,
+    # RDY, CLS) on a connection that stops answering after IDENTIFY.
+    def blocking() -> None:
+        with NSQConsumer("t", "c", config=config(stalled.port)) as consumer:
+            consumer.consume(max_messages=1, timeout=0.2)
+
+    async def run() -> None:
+        async with AsyncNSQConsumer("t", "c", config=config(stalled.port)) as consumer:
+            await consumer.consume(max_messages=1, timeout=0.2)
+
+    bounded(blocking if kind == "blocking" else run, TIMEOUT, NSQTimeoutError)
 
 
 @pytest.mark.parametrize("kind", ["blocking", "asyncio"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConsumer
 
 
 @pytest.fixture
@@ -38,11 +38,11 @@ def read_topic(nsqd: Any) -> Callable[..., list[bytes]]:
         deadline = time.monotonic() + timeout
         while len(bodies) < expected and time.monotonic() < deadline:
             want = min(expected - len(bodies), 2000)  # within nsqd's max RDY (2500)
-            with NSQConnection(config) as conn:
-                got = conn.consume(topic, channel, max_messages=want, timeout=2.0)
+            with NSQConsumer(topic, channel, config=config) as consumer:
+                got = consumer.consume(max_messages=want, timeout=2.0)
             bodies.extend(m.body for m in got)
-        with NSQConnection(config) as conn:
-            extra = conn.consume(topic, channel, max_messages=10, timeout=0.5)
+        with NSQConsumer(topic, channel, config=config) as consumer:
+            extra = consumer.consume(max_messages=10, timeout=0.5)
         return bodies + [m.body for m in extra]
 
     return read

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from tests.spark.pyspark_features import needs_stream_reader
 
 pytestmark = [pytest.mark.spark, needs_stream_reader]
@@ -38,10 +38,10 @@ def read_back(nsqd: Any, topic: str, expected: int, timeout: float = 30.0) -> li
     deadline = time.monotonic() + timeout
     while len(got) < expected and time.monotonic() < deadline:
         want = min(expected - len(got), 2000)
-        with NSQConnection(config) as conn:
-            got += conn.consume(topic, CHANNEL, max_messages=want, timeout=2.0)
-    with NSQConnection(config) as conn:
-        got += conn.consume(topic, CHANNEL, max_messages=10, timeout=0.5)
+        with NSQConsumer(topic, CHANNEL, config=config) as consumer:
+            got += consumer.consume(max_messages=want, timeout=2.0)
+    with NSQConsumer(topic, CHANNEL, config=config) as consumer:
+        got += consumer.consume(max_messages=10, timeout=0.5)
     return got
 
 

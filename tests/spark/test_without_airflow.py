@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 import airflow_provider_nsq
-from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.client import ClientConfig, NSQConsumer
 from tests.spark.pyspark_features import DATA_SOURCE_MISSING, STREAM_READER_MISSING
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -187,8 +187,9 @@ def test_publishing_and_reading_run_where_airflow_is_not_installed(
         assert result["error"] is None
         assert result["read"] == [e.decode() for e in events]
     elif "write" in pieces:
-        with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
-            got = conn.consume(topic, "no-airflow", max_messages=30, timeout=2.0)
+        config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
+        with NSQConsumer(topic, "no-airflow", config=config) as consumer:
+            got = consumer.consume(max_messages=30, timeout=2.0)
         assert sorted(m.body for m in got) == events
     assert result["driver_has_airflow"] is False
     assert result["executors_have_airflow"] == [False] * 4

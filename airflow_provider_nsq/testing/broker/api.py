@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.names import is_valid_name
 
 from ..servers.http_api import (
@@ -28,6 +27,7 @@ from ..servers.http_api import (
     v1,
 )
 from ..servers.http_server import Handler, Request, Response
+from ..wire.command_reader import CommandReader
 from .channel import QueueFull
 from .commands import read_mpub
 from .errors import ClientError

@@ -20,12 +20,13 @@ import random
 import re
 import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, http_request
+from airflow_provider_nsq.protocol.errors import NSQError
 
 from .options import Authorizer
 
@@ -125,18 +126,17 @@ def auth_query(remote_ip: str, tls: bool, secret: bytes | str, common_name: str)
 
 
 def _get(url: str, timeout: float, context: ssl.SSLContext | None) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        url, headers={"Accept": "application/vnd.nsq; version=1.0"}, method="GET"
+    parts = urllib.parse.urlsplit(url)
+    https = parts.scheme == "https"
+    response = http_request(
+        parts.hostname or "",
+        parts.port or (443 if https else 80),
+        urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, "")),
+        timeout=timeout,
+        headers=[("Accept", NSQ_V1_ACCEPT)],
+        ssl_context=(context or ssl.create_default_context()) if https else None,
     )
-    handlers: list[Any] = [urllib.request.ProxyHandler({})]
-    if context is not None:
-        handlers.append(urllib.request.HTTPSHandler(context=context))
-    opener = urllib.request.build_opener(*handlers)
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+    return response.status, response.body
 
 
 def query_authd(
@@ -154,7 +154,7 @@ def query_authd(
     while True:
         try:
             status, body = _get(url, timeout, context)
-        except OSError as exc:
+        except (OSError, NSQError) as exc:
             raise AuthFailed(f"failed to auth against {address} - {exc}") from None
         if status == 403 and not url.startswith("https"):
             # nsqd's convention: 403 {"https_port": N} means "ask me over HTTPS".

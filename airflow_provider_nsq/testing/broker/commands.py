@@ -6,7 +6,7 @@ Each handler takes the connection and the command line split on single spaces
 generator. The generator yields a :data:`Need` ("I need this many buffered bytes past the
 read position; if the stream ends first, say this") or an awaitable (its result is sent back
 in), and returns the response payload. Bytes are read through the connection's
-:class:`~airflow_provider_nsq.protocol.command_reader.CommandReader`. Errors are raised as
+:class:`~..wire.command_reader.CommandReader`. Errors are raised as
 :class:`ClientError` with nsqd's exact code and text (tests/conformance/transcripts/FACTS.md
 section 3).
 
@@ -22,11 +22,11 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any
 
-from airflow_provider_nsq.protocol.command_reader import BadMessageSize, CommandReader
 from airflow_provider_nsq.protocol.constants import CLOSE_WAIT, MESSAGE_ID_LENGTH, OK
-from airflow_provider_nsq.protocol.go_json import go_json
 from airflow_provider_nsq.protocol.names import is_valid_name
 
+from ..wire.command_reader import BadMessageSize, CommandReader
+from ..wire.go_json import go_json
 from .auth import AuthFailed, AuthState
 from .channel import QueueFull
 from .errors import ClientError, go_quote

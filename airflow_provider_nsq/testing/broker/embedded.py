@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from ..servers.loop_thread import ServiceOnLoop
+from ..servers.embedded_daemon import EmbeddedDaemon
 from .options import BrokerOptions
 from .server import Broker
 
-T = TypeVar("T")
 
-
-class EmbeddedNSQD(ServiceOnLoop[Broker]):
+class EmbeddedNSQD(EmbeddedDaemon[BrokerOptions, Broker]):
     """An nsqd-compatible broker on free 127.0.0.1 ports, in a background thread.
 
     ::
@@ -27,59 +25,21 @@ class EmbeddedNSQD(ServiceOnLoop[Broker]):
     thread_name = "embedded-nsqd"
 
     def __init__(self, options: BrokerOptions | None = None, **kwargs: Any) -> None:
-        base = options if options is not None else BrokerOptions()
-        self.options = base.replace(**kwargs) if kwargs else base
-        super().__init__()
+        super().__init__(options or BrokerOptions(), kwargs, Broker)
 
     @property
     def broker(self) -> Broker | None:
         """The running broker (None when stopped): use it on its loop only, via :meth:`call`."""
-        return self._runner.service
-
-    # -- addresses ------------------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return self.options.host
-
-    @property
-    def tcp_port(self) -> int:
-        return self._started().tcp_port
-
-    @property
-    def http_port(self) -> int:
-        return self._started().http_port
+        return self.daemon
 
     @property
     def https_port(self) -> int | None:
         return self._started().https_port
 
     @property
-    def tcp_address(self) -> str:
-        return f"{self.host}:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        return f"{self.host}:{self.http_port}"
-
-    @property
     def https_address(self) -> str | None:
         port = self.https_port
         return f"{self.host}:{port}" if port else None
-
-    # -- lifecycle ------------------------------------------------------------------------
-
-    async def _close(self, broker: Broker) -> None:
-        await broker.stop()
-
-    async def _open(self) -> Broker:
-        broker = Broker(self.options)
-        try:
-            await broker.start()
-        except BaseException:
-            await broker.stop()
-            raise
-        return broker
 
     # -- thread-safe access ------------------------------------------------------------
 
@@ -90,8 +50,3 @@ class EmbeddedNSQD(ServiceOnLoop[Broker]):
     def publish(self, topic: str, *bodies: bytes, defer_ms: int = 0) -> None:
         """Publish directly (no TCP), e.g. to prepare a test."""
         self.call(lambda b: b.get_topic(topic).publish(list(bodies), defer_ms))
-
-    def __repr__(self) -> str:
-        if self.broker is None:
-            return "EmbeddedNSQD(stopped)"
-        return f"EmbeddedNSQD(tcp={self.tcp_address}, http={self.http_address})"

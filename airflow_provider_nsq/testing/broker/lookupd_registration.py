@@ -39,7 +39,9 @@ from airflow_provider_nsq.client.address import (
 )
 from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, ahttp_request
 from airflow_provider_nsq.protocol.errors import NSQProtocolError, NSQServerError
-from airflow_provider_nsq.protocol.lookupd import (
+from airflow_provider_nsq.protocol.names import is_ephemeral
+
+from ..wire.registration import (
     MAGIC_V1,
     PING,
     LookupdInfo,
@@ -50,8 +52,6 @@ from airflow_provider_nsq.protocol.lookupd import (
     is_error_reply,
     parse_identify_reply,
 )
-from airflow_provider_nsq.protocol.names import is_ephemeral
-
 from .channel import Channel
 from .state import BrokerState
 from .topic import Topic

@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from ..servers.http_server import start_http_server
+from ..servers.listeners import Listeners
 from . import api
 from .commands import HANDLERS
 from .lookupd_registration import LookupdRegistration
@@ -28,7 +29,7 @@ class Broker(BrokerState):
 
     def __init__(self, options: BrokerOptions | None = None, **kwargs: Any) -> None:
         super().__init__(options, **kwargs)
-        self._servers: list[asyncio.Server] = []
+        self._listeners = Listeners()
         self._lookupd: LookupdRegistration | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -36,20 +37,20 @@ class Broker(BrokerState):
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         opts = self.options
-        tcp = await self._loop.create_server(
-            lambda: ClientSession(self, HANDLERS), opts.host, opts.tcp_port, backlog=1024
+        self.tcp_port = self._listeners.add(
+            await self._loop.create_server(
+                lambda: ClientSession(self, HANDLERS), opts.host, opts.tcp_port, backlog=1024
+            )
         )
-        self._servers.append(tcp)
-        self.tcp_port = tcp.sockets[0].getsockname()[1]
         app = api.build_app(self)
         http_options: dict[str, Any] = {
             # Refuse what no route would accept before reading it.
             "max_body_size": opts.max_body_size + opts.max_msg_size,
             "body_too_large": api.body_too_large,
         }
-        http = await start_http_server(app, opts.host, opts.http_port, **http_options)
-        self._servers.append(http)
-        self.http_port = http.sockets[0].getsockname()[1]
+        self.http_port = self._listeners.add(
+            await start_http_server(app, opts.host, opts.http_port, **http_options)
+        )
         if self.ssl_context is not None:
             https = await start_http_server(
                 app,
@@ -60,8 +61,7 @@ class Broker(BrokerState):
                 ssl_context=self.options.server_ssl_context(client_auth=False),
                 **http_options,
             )
-            self._servers.append(https)
-            self.https_port = https.sockets[0].getsockname()[1]
+            self.https_port = self._listeners.add(https)
         if opts.lookupd_tcp_addresses:
             self.registration = self._lookupd = LookupdRegistration(self)
             await self._lookupd.start()
@@ -79,18 +79,14 @@ class Broker(BrokerState):
         if self._lookupd is not None:
             await self._lookupd.stop()  # first: nsqd sends no UNREGISTER on exit
             self.registration = self._lookupd = None
-        for server in self._servers:
-            server.close()
-        for client in list(self.clients):
-            client.close_connection(abort=True)
-        for topic in list(self.topics.values()):
-            topic.close()
-        self.topics.clear()
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers.clear()
-        # Let the transports run their connection_lost callbacks and close sockets.
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+
+        def drop_connections() -> None:
+            for client in list(self.clients):
+                client.close_connection(abort=True)
+            for topic in list(self.topics.values()):
+                topic.close()
+            self.topics.clear()
+
+        await self._listeners.close(drop_connections)
         self.executor.shutdown(wait=False, cancel_futures=True)
         log.info("nsqd-compatible broker stopped")

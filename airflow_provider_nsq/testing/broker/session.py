@@ -5,7 +5,7 @@ What follows nsqd 1.3.0 here (tests/conformance/transcripts/FACTS.md sections 1,
 
 - the ``"  V2"`` magic, then ``\\n``-terminated command lines (a line longer than nsqd's
   16 KiB read buffer closes the connection), read through
-  :class:`~airflow_provider_nsq.protocol.command_reader.CommandReader`; the commands
+  :class:`~..wire.command_reader.CommandReader`; the commands
   themselves are :mod:`.commands` (handed in as ``handlers``);
 - fatal errors: the error frame is written, then the connection closes. When more than
   16 KiB of the client's bytes were left unread, nsqd's kernel answers with an RST; the
@@ -31,12 +31,12 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
-from airflow_provider_nsq.protocol.command_reader import CommandReader
 from airflow_provider_nsq.protocol.compression import DeflateCodec, SnappyCodec
 from airflow_provider_nsq.protocol.constants import HEARTBEAT
 from airflow_provider_nsq.protocol.errors import NSQProtocolError
 from airflow_provider_nsq.protocol.frames import encode_error, encode_message, encode_response
 
+from ..wire.command_reader import CommandReader
 from .auth import AuthState, call_authorizer, query_any
 from .channel import Channel
 from .errors import ClientError
@@ -535,7 +535,7 @@ class ClientSession(asyncio.Protocol):
                 self.tls,
                 self.common_name,
                 self.auth_secret,
-                opts.http_client_request_timeout / 1000.0,
+                (opts.http_client_connect_timeout + opts.http_client_request_timeout) / 1000,
                 self.broker.auth_client_ssl_context,
             )
         return self.loop.run_in_executor(self.broker.executor, call)

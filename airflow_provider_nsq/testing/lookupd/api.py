@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow_provider_nsq.protocol.names import is_valid_name
 
@@ -30,9 +30,7 @@ from ..servers.http_api import APIError, nsq_router, plain_text, v1
 from ..servers.http_server import Request, Router
 from .options import NSQLOOKUPD_VERSION
 from .registry import GO_ZERO_TIME_UNIX_NANO, Registration, filter_active
-
-if TYPE_CHECKING:
-    from .server import Lookupd
+from .state import LookupdState
 
 log = logging.getLogger("airflow_provider_nsq.testing.lookupd")
 
@@ -109,26 +107,26 @@ def _topic_channel(params: Query) -> tuple[str, str]:
 # -- handlers ------------------------------------------------------------------------------
 
 
-def ping(lookupd: Lookupd, params: Query) -> str:
+def ping(lookupd: LookupdState, params: Query) -> str:
     return "OK"
 
 
-def info(lookupd: Lookupd, params: Query) -> Any:
+def info(lookupd: LookupdState, params: Query) -> Any:
     return {"version": NSQLOOKUPD_VERSION}
 
 
-def topics(lookupd: Lookupd, params: Query) -> Any:
+def topics(lookupd: LookupdState, params: Query) -> Any:
     keys = lookupd.db.find_registrations("topic", "*", "")
     return {"topics": [k.key for k in keys]}
 
 
-def channels(lookupd: Lookupd, params: Query) -> Any:
+def channels(lookupd: LookupdState, params: Query) -> Any:
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
     keys = lookupd.db.find_registrations("channel", topic, "*")
     return {"channels": [k.subkey for k in keys]}
 
 
-def lookup(lookupd: Lookupd, params: Query) -> Any:
+def lookup(lookupd: LookupdState, params: Query) -> Any:
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
     db = lookupd.db
     if not db.find_registrations("topic", topic, ""):
@@ -146,7 +144,7 @@ def lookup(lookupd: Lookupd, params: Query) -> Any:
     }
 
 
-def nodes(lookupd: Lookupd, params: Query) -> Any:
+def nodes(lookupd: LookupdState, params: Query) -> Any:
     db = lookupd.db
     # Tombstoned nodes stay listed (lifetime 0 here); inactive ones do not.
     clients = filter_active(
@@ -168,7 +166,7 @@ def nodes(lookupd: Lookupd, params: Query) -> Any:
     return {"producers": entries}
 
 
-def topic_create(lookupd: Lookupd, params: Query) -> None:
+def topic_create(lookupd: LookupdState, params: Query) -> None:
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
     if not is_valid_name(topic):
         raise APIError(400, "INVALID_ARG_TOPIC")
@@ -176,7 +174,7 @@ def topic_create(lookupd: Lookupd, params: Query) -> None:
     lookupd.db.add_registration(Registration("topic", topic, ""))
 
 
-def topic_delete(lookupd: Lookupd, params: Query) -> None:
+def topic_delete(lookupd: LookupdState, params: Query) -> None:
     # Only this lookupd's registry changes: no nsqd is told
     # (tests/conformance/lookupd_transcripts/FACTS.md section 8).
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
@@ -189,7 +187,7 @@ def topic_delete(lookupd: Lookupd, params: Query) -> None:
         db.remove_registration(key)
 
 
-def topic_tombstone(lookupd: Lookupd, params: Query) -> None:
+def topic_tombstone(lookupd: LookupdState, params: Query) -> None:
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
     node = _get(params, "node", "MISSING_ARG_NODE")
     log.info("DB: setting tombstone for producer@%s of topic(%s)", node, topic)
@@ -201,14 +199,14 @@ def topic_tombstone(lookupd: Lookupd, params: Query) -> None:
             producer.tombstone()
 
 
-def channel_create(lookupd: Lookupd, params: Query) -> None:
+def channel_create(lookupd: LookupdState, params: Query) -> None:
     topic, channel = _topic_channel(params)
     log.info("DB: adding channel(%s) in topic(%s)", channel, topic)
     lookupd.db.add_registration(Registration("channel", topic, channel))
     lookupd.db.add_registration(Registration("topic", topic, ""))
 
 
-def channel_delete(lookupd: Lookupd, params: Query) -> None:
+def channel_delete(lookupd: LookupdState, params: Query) -> None:
     topic, channel = _topic_channel(params)
     keys = lookupd.db.find_registrations("channel", topic, channel)
     if not keys:
@@ -218,7 +216,7 @@ def channel_delete(lookupd: Lookupd, params: Query) -> None:
         lookupd.db.remove_registration(key)
 
 
-def debug(lookupd: Lookupd, params: Query) -> Any:
+def debug(lookupd: LookupdState, params: Query) -> Any:
     data: dict[str, list[dict[str, Any]]] = {}
     for key, producers in lookupd.db.items():
         for producer in producers.values():
@@ -242,7 +240,7 @@ def debug(lookupd: Lookupd, params: Query) -> Any:
     return dict(sorted(data.items()))
 
 
-Handler = Callable[["Lookupd", Query], Any]
+Handler = Callable[[LookupdState, Query], Any]
 
 #: path -> {method: handler}, as registered in ``nsqlookupd/http.go`` (pprof aside).
 ROUTES: dict[str, dict[str, Handler]] = {
@@ -267,7 +265,7 @@ def raw_query(target: str) -> str:
     return target.partition("?")[2]
 
 
-def router(lookupd: Lookupd) -> Router:
+def router(lookupd: LookupdState) -> Router:
     """The lookupd's HTTP application: ``Request -> Response``."""
 
     def bind(handler: Handler) -> Callable[[Request], Any]:

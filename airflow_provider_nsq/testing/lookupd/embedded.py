@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
+from ..servers.embedded_daemon import EmbeddedDaemon
 from ..servers.http_api import APIError
-from ..servers.loop_thread import ServiceOnLoop
 from . import api
 from .options import LookupdOptions
 from .server import Lookupd
 
-T = TypeVar("T")
 
-
-class EmbeddedNSQLookupd(ServiceOnLoop[Lookupd]):
+class EmbeddedNSQLookupd(EmbeddedDaemon[LookupdOptions, Lookupd]):
     """An nsqlookupd-compatible server on free 127.0.0.1 ports, in a background thread.
 
     ::
@@ -23,58 +21,20 @@ class EmbeddedNSQLookupd(ServiceOnLoop[Lookupd]):
             urlopen(f"http://{lookupd.http_address}/lookup?topic=events")  # consumers ask
 
     Keyword arguments are :class:`LookupdOptions` fields (nsqlookupd's flag names with
-    underscores, durations in milliseconds).
+    underscores, durations in milliseconds). ``tcp_address`` is where nsqds register
+    (``--lookupd-tcp-address``), ``http_address`` where consumers look topics up
+    (``lookupd_http_addresses``).
     """
 
     thread_name = "embedded-nsqlookupd"
 
     def __init__(self, options: LookupdOptions | None = None, **kwargs: Any) -> None:
-        base = options if options is not None else LookupdOptions()
-        self.options = base.replace(**kwargs) if kwargs else base
-        super().__init__()
+        super().__init__(options or LookupdOptions(), kwargs, Lookupd)
 
     @property
     def lookupd(self) -> Lookupd | None:
         """The running lookupd (None when stopped): use it on its loop only, via :meth:`call`."""
-        return self._runner.service
-
-    # -- addresses ------------------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return self.options.host
-
-    @property
-    def tcp_port(self) -> int:
-        return self._started().tcp_port
-
-    @property
-    def http_port(self) -> int:
-        return self._started().http_port
-
-    @property
-    def tcp_address(self) -> str:
-        """Where nsqds register (``--lookupd-tcp-address``)."""
-        return f"{self.host}:{self.tcp_port}"
-
-    @property
-    def http_address(self) -> str:
-        """Where consumers look topics up (``lookupd_http_addresses``)."""
-        return f"{self.host}:{self.http_port}"
-
-    # -- lifecycle ------------------------------------------------------------------------
-
-    async def _close(self, lookupd: Lookupd) -> None:
-        await lookupd.stop()
-
-    async def _open(self) -> Lookupd:
-        lookupd = Lookupd(self.options)
-        try:
-            await lookupd.start()
-        except BaseException:
-            await lookupd.stop()
-            raise
-        return lookupd
+        return self.daemon
 
     # -- thread-safe access ------------------------------------------------------------
 
@@ -88,8 +48,3 @@ class EmbeddedNSQLookupd(ServiceOnLoop[Lookupd]):
                 return []
 
         return self.call(read)
-
-    def __repr__(self) -> str:
-        if self.lookupd is None:
-            return "EmbeddedNSQLookupd(stopped)"
-        return f"EmbeddedNSQLookupd(tcp={self.tcp_address}, http={self.http_address})"

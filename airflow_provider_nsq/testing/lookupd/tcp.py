@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 from airflow_provider_nsq.client.address import format_address
-from airflow_provider_nsq.protocol.lookupd import (
+from airflow_provider_nsq.protocol.names import is_ephemeral
+
+from ..wire.registration import (
     OK_REPLY,
     Event,
     Identify,
@@ -25,13 +26,9 @@ from airflow_provider_nsq.protocol.lookupd import (
     encode_identify_reply,
     encode_reply,
 )
-from airflow_provider_nsq.protocol.names import is_ephemeral
-
 from .options import NSQLOOKUPD_VERSION
 from .registry import CLIENT, PeerInfo, Registration
-
-if TYPE_CHECKING:
-    from .server import Lookupd
+from .state import LookupdState
 
 log = logging.getLogger("airflow_provider_nsq.testing.lookupd")
 
@@ -39,7 +36,7 @@ log = logging.getLogger("airflow_provider_nsq.testing.lookupd")
 class PeerConnection(asyncio.Protocol):
     """The server side of one registration connection."""
 
-    def __init__(self, lookupd: Lookupd) -> None:
+    def __init__(self, lookupd: LookupdState) -> None:
         self.lookupd = lookupd
         self.core = LookupdServerConnection()
         self.transport: asyncio.Transport | None = None
@@ -70,20 +67,17 @@ class PeerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lookupd.connections.discard(self)
-        peer, self.peer = self.peer, None
+        peer = self.peer
         if peer is None:
             return
-        db = self.lookupd.db
-        for key in db.lookup_registrations(peer.id):
-            removed, _ = db.remove_producer(key, peer.id)
-            if removed:
-                log.info(
-                    "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
-                    self.address,
-                    key.category,
-                    key.key,
-                    key.subkey,
-                )
+        for key in self.lookupd.db.lookup_registrations(peer.id):
+            self._remove(key)
+        self.peer = None
+
+    def abort(self) -> None:
+        """Drop the connection at once (the lookupd is stopping)."""
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- events -------------------------------------------------------------------------
 

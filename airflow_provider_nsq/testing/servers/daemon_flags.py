@@ -1,7 +1,7 @@
 """Flag values of the embedded daemons' command lines, read as nsqd and nsqlookupd read
 theirs: Go durations (``250ms``, ``1m30s``), Go booleans, and listen addresses whose host
 may be empty (``:4150``). Each parser is an ``argparse`` type: a bad value is reported
-as ``argument --flag: <why>``."""
+as ``argument --flag: <why>``. :func:`go_duration` writes a duration back as Go does."""
 
 from __future__ import annotations
 
@@ -55,6 +55,23 @@ def duration_ms(text: str) -> int:
     if pos != len(text) or not text:
         raise NSQValueError(f"invalid duration {text!r} (e.g. 250ms, 60s, 1h)")
     return int(total)
+
+
+def go_duration(ms: int) -> str:
+    """``ms`` as Go prints a duration (``250ms``, ``45s``, ``1m0s``, ``1h0m0s``): the
+    defaults in the help text read as nsqd's own ``-help`` shows them."""
+    if ms < 1000:
+        return f"{ms}ms" if ms else "0s"
+    seconds, millis = divmod(ms, 1000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{seconds}.{millis:03d}".rstrip("0") if millis else str(seconds)
+    text += "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{minutes}m{text}"
+    return text
 
 
 @_flag_type

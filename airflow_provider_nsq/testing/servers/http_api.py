@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...protocol.go_json import go_json
+from ..wire.go_json import go_json
 from .http_server import Handler, Request, Response, Router
 
 NSQ_CONTENT_TYPE = {"X-NSQ-Content-Type": "nsq; version=1.0"}

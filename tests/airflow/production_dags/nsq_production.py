@@ -1,7 +1,8 @@
 """The DAGs tests/airflow/test_production_e2e.py runs in a real Airflow: the publish
 operators (one declaring its topic's asset as an outlet, and a DAG scheduled on that
 asset), a failing publish, a sensor with nsqd's HTTP API, a sensor in reschedule mode
-without it, and an event-driven DAG whose task links to nsqadmin.
+without it, an event-driven DAG whose task links to nsqadmin, and a consume task that
+dead-letters a poison message.
 
 Topics and timings come from the environment the test sets (``NSQ_PROD_*``).
 """
@@ -22,6 +23,7 @@ from airflow_provider_nsq.operators.nsq import (
     NSQMultiPublishOperator,
     NSQPublishOperator,
 )
+from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
 from airflow_provider_nsq.sensors.nsq import NSQSensor
 
 PUBLISH_TOPIC = os.environ["NSQ_PROD_PUBLISH_TOPIC"]
@@ -29,6 +31,7 @@ SENSOR_TOPIC = os.environ["NSQ_PROD_SENSOR_TOPIC"]
 RESCHEDULE_TOPIC = os.environ["NSQ_PROD_RESCHEDULE_TOPIC"]
 EVENTS_TOPIC = os.environ["NSQ_PROD_EVENTS_TOPIC"]
 RESCHEDULE_TIMEOUT_S = int(os.environ["NSQ_PROD_RESCHEDULE_TIMEOUT_S"])
+CONSUME_TOPIC = os.environ["NSQ_PROD_CONSUME_TOPIC"]
 
 COMMON: dict[str, Any] = {
     "schedule": None,
@@ -131,9 +134,30 @@ def event_driven():
     link_to_nsqadmin(process())
 
 
+def apply_or_fail(record: dict) -> None:
+    """The consume task's function: the body ``poison`` always fails."""
+    if record["body"] == "poison":
+        raise ValueError("poison")
+
+
+@dag(dag_id="nsq_prod_consume", **COMMON)
+def consume():
+    NSQConsumeOperator(
+        task_id="apply",
+        topic=CONSUME_TOPIC,
+        channel="apply",
+        apply_function=apply_or_fail,
+        max_attempts=2,
+        requeue_delay=0,
+        dead_letter_topic=f"{CONSUME_TOPIC}_dead",
+        window=2,
+    )
+
+
 publish()
 publish_error()
 downstream()
 sensor()
 reschedule()
 event_driven()
+consume()

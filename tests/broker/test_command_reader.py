@@ -7,14 +7,14 @@ import struct
 import pytest
 
 from airflow_provider_nsq.protocol import NSQProtocolError, encode_mpub, encode_pub
-from airflow_provider_nsq.protocol.command_reader import (
+from airflow_provider_nsq.protocol.commands import encode_fin
+from airflow_provider_nsq.protocol.frames import encode_message, encode_response, frame_length
+from airflow_provider_nsq.testing.wire.command_reader import (
     MAX_LINE_SIZE,
     BadMessageSize,
     CommandReader,
     command_length,
 )
-from airflow_provider_nsq.protocol.commands import encode_fin
-from airflow_provider_nsq.protocol.frames import encode_message, encode_response, frame_length
 
 
 def reader_with(*chunks: bytes) -> CommandReader:

@@ -1,9 +1,9 @@
-"""nsqlookupd's TCP protocol (``"  V1"``), both roles, without I/O.
+"""nsqlookupd's registration protocol (TCP, ``"  V1"``), both roles, without I/O.
 
 nsqd registers its topics and channels with nsqlookupd over this protocol; consumers never
-speak it (they use nsqlookupd's HTTP API). Layout, from the recordings in
-``tests/conformance/lookupd_transcripts`` (tests/conformance/lookupd_transcripts/FACTS.md
-section 5)::
+speak it (they use nsqlookupd's HTTP API), so it lives with the embedded daemons: the
+embedded broker speaks nsqd's side, the embedded lookupd nsqlookupd's. Layout, from the
+recordings in ``tests/conformance/lookupd_transcripts`` (FACTS.md section 5)::
 
     nsqd -> nsqlookupd    "  V1"                                  once, first
                           PING\\n
@@ -18,13 +18,13 @@ nsqlookupd writes it and closes the connection. A command line is ``strings.Trim
 and then split on every single space, so ``"  PING  \\r\\n"`` is a PING and
 ``"REGISTER  t"`` names the topic ``''``.
 
-- Client role (an nsqd, e.g. the embedded broker): :func:`encode_identify`,
-  :func:`encode_register`, :func:`encode_unregister`, :data:`PING`,
-  :class:`ReplyReader`, :func:`parse_identify_reply`.
-- Server role (nsqlookupd): :class:`LookupdServerConnection` turns received bytes into
-  :class:`Identify`, :class:`Register`, :class:`Unregister`, :class:`Ping` and
-  :class:`ProtocolError` events with nsqlookupd 1.3.0's exact error texts;
-  :func:`encode_reply` and :func:`encode_identify_reply` write the answers.
+- nsqd's role (the embedded broker; ``NSQLookupdServer.announce``):
+  :func:`encode_identify`, :func:`encode_register`, :func:`encode_unregister`,
+  :data:`PING`, :class:`ReplyReader`, :func:`parse_identify_reply`.
+- nsqlookupd's role (the embedded lookupd): :class:`LookupdServerConnection` turns
+  received bytes into :class:`Identify`, :class:`Register`, :class:`Unregister`,
+  :class:`Ping` and :class:`ProtocolError` events with nsqlookupd 1.3.0's exact error
+  texts; :func:`encode_reply` and :func:`encode_identify_reply` write the answers.
 """
 
 from __future__ import annotations
@@ -35,10 +35,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .constants import DEFAULT_MAX_BODY_SIZE, OK
-from .errors import NSQFrameTooLargeError, NSQProtocolError, NSQServerError, NSQValueError
+from airflow_provider_nsq.protocol.constants import DEFAULT_MAX_BODY_SIZE, OK
+from airflow_provider_nsq.protocol.errors import (
+    NSQFrameTooLargeError,
+    NSQProtocolError,
+    NSQServerError,
+    NSQValueError,
+)
+from airflow_provider_nsq.protocol.names import is_valid_name
+
 from .go_json import GoJSONError, decode_go_struct, go_json
-from .names import is_valid_name
 
 MAGIC_V1 = b"  V1"
 PING = b"PING\n"
@@ -73,7 +79,7 @@ def is_error_reply(data: bytes) -> bool:
 
 
 class ReplyReader:
-    """Splits the bytes read from nsqlookupd into replies (the client role).
+    """Splits the bytes read from nsqlookupd into replies (nsqd's role).
 
     ``max_size`` bounds one reply, as nsqd's ``readResponseBounded`` does with its
     ``--max-body-size``.
@@ -106,7 +112,7 @@ class ReplyReader:
         return data
 
 
-# -- client role (what nsqd sends) ----------------------------------------------------
+# -- nsqd's role (what nsqd sends) ----------------------------------------------------
 
 
 def encode_identify(fields: Mapping[str, Any]) -> bytes:
@@ -178,7 +184,7 @@ def parse_identify_reply(data: bytes) -> LookupdInfo:
     )
 
 
-# -- server role (what nsqlookupd reads) ----------------------------------------------
+# -- nsqlookupd's role (what nsqlookupd reads) ----------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,16 +11,17 @@ as its line is complete, so a server can refuse it before reading a byte of its 
 (nsqd checks a PUB's topic first, and closes without reading what follows). Every read
 returns ``None`` while its bytes have not all arrived; nothing is consumed then.
 
-Server frames are encoded by :mod:`.frames` (``encode_response``, ``encode_error``,
-``encode_message``).
+Server frames are encoded by :mod:`airflow_provider_nsq.protocol.frames`
+(``encode_response``, ``encode_error``, ``encode_message``). Only servers read commands,
+so this lives with the embedded broker, not in :mod:`airflow_provider_nsq.protocol`.
 """
 
 from __future__ import annotations
 
 import struct
 
-from .constants import MAGIC_V2
-from .errors import NSQProtocolError
+from airflow_provider_nsq.protocol.constants import MAGIC_V2
+from airflow_provider_nsq.protocol.errors import NSQProtocolError
 
 #: nsqd reads commands through a 16 KiB buffer: a longer line closes the connection.
 MAX_LINE_SIZE = 16 * 1024

@@ -19,7 +19,7 @@ from airflow_provider_nsq.protocol.errors import (
     NSQProtocolError,
     NSQServerError,
 )
-from airflow_provider_nsq.protocol.lookupd import (
+from airflow_provider_nsq.testing.wire.registration import (
     OK_REPLY,
     Event,
     Identify,

@@ -1,0 +1,120 @@
+"""Is a trigger alive? What an event watcher or a deferred sensor reports about its
+subscription, every :data:`HEALTH_INTERVAL_S` seconds, as metrics to alert on
+(docs/metrics.md, docs/operations.md):
+
+- ``nsq.<kind>.health.reports``: one per report. Its rate drops to 0 when the trigger
+  stops running anywhere (its triggerer died and no other took it over, or it ended);
+- ``nsq.<kind>.health.last_contact``: seconds since the trigger last heard from nsqd;
+- ``nsq.<kind>.health.connections``: its connections to nsqd that are up;
+- ``nsq.<kind>.health.held``: messages it holds (delivered, not yet FINished or REQ'd).
+
+``kind`` is ``event`` (the event trigger: ``last_contact`` per nsqd, tag ``nsqd``) or
+``sensor`` (a deferred sensor's trigger, which reads the depth over HTTP between TCP
+peeks: ``last_contact`` is since nsqd last answered one of its checks).
+
+"Heard from" is derived from the consumer's public surface (:func:`last_contacts`): an
+nsqd counts as heard from while the trigger's connection to it is up, and when a message
+arrives from it. A connection that is up but silent (an nsqd that froze, without closing
+it) is not told apart until the connection drops; ``held`` and the event trigger's
+``nsq.event.received`` then stop moving.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+from ..client import AsyncNSQConsumer, NSQMessage
+from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from ..metrics import Emitter
+
+#: Seconds between two health reports of one trigger (StatsD's usual flush interval).
+HEALTH_INTERVAL_S = 10.0
+
+Kind = Literal["event", "sensor"]
+#: What :meth:`TriggerHealth.heard` records when it does not matter which nsqd answered.
+ANY_NSQD = "any"
+
+
+def last_contacts(
+    consumer: AsyncNSQConsumer, heard: Mapping[str, float], now: float, since: float
+) -> dict[str, float]:
+    """When (monotonic seconds) the trigger last heard from each nsqd it reads: ``now``
+    for every nsqd it has a live connection to, else what ``heard`` remembers (messages
+    that came from it, its connection while it was up). With nsqlookupd, the nsqds it
+    lists now: one it lists that was never heard from counts from ``since`` (the
+    trigger's start), one it stopped listing is no longer watched.
+
+    The one place to switch to the consumer's own per-nsqd contact time when it has one.
+    """
+    live = {key.partition("#")[0] for key in consumer.connections}  # "host:port#2": extra
+    contacts = {**heard, **dict.fromkeys(live, now)}
+    if consumer.lookupd is None:
+        return contacts
+    listed = {producer.tcp_address for producer in consumer.producers} | live
+    return {nsqd: contacts.get(nsqd, since) for nsqd in listed}
+
+
+class TriggerHealth:
+    """The health one trigger reports (see the module docstring).
+
+    :param kind: ``event`` or ``sensor``: the metrics' middle name.
+    :param emitter: the triggerer's metrics emitter.
+    :param nsqds: the nsqds the trigger reads when they are a fixed list (no nsqlookupd):
+        one never heard from counts from now.
+    :param tags: the trigger's tags (topic, channel).
+    """
+
+    def __init__(
+        self, kind: Kind, emitter: Emitter, nsqds: Iterable[str] = (), **tags: str
+    ) -> None:
+        self.kind = kind
+        self.emitter = emitter
+        self.tags = tags
+        self._since = time.monotonic()
+        self._heard: dict[str, float] = {
+            format_address(*parse_address(a, DEFAULT_NSQD_TCP_PORT)): self._since for a in nsqds
+        }
+        self._next_report = 0.0
+
+    def heard(self, nsqd: str = ANY_NSQD) -> None:
+        """``nsqd`` (``host:port``; by default: one of them) answered the trigger."""
+        self._heard[nsqd] = time.monotonic()
+
+    def heard_messages(self, messages: Iterable[NSQMessage]) -> None:
+        """Messages arrived, each from the nsqd that delivered it."""
+        now = time.monotonic()
+        for message in messages:
+            if message.nsqd:
+                self._heard[message.nsqd] = now
+
+    def seconds_to_report(self) -> float:
+        """Seconds until the next report is due (0: now)."""
+        return max(self._next_report - time.monotonic(), 0.0)
+
+    def report(self, consumer: AsyncNSQConsumer | None, *, per_nsqd: bool = True) -> None:
+        """Send the gauges and count a report; the next is due :data:`HEALTH_INTERVAL_S`
+        from now.
+
+        :param consumer: the trigger's consumer while it has one (None: no connection).
+        :param per_nsqd: one ``last_contact`` per nsqd (tag ``nsqd``); False: since the
+            most recent contact with any of them (or the trigger's start).
+        """
+        now = time.monotonic()
+        self._next_report = now + HEALTH_INTERVAL_S
+        if consumer is not None and per_nsqd:
+            self._heard = last_contacts(consumer, self._heard, now, self._since)
+        elif consumer is not None and consumer.connections:
+            self._heard[ANY_NSQD] = now
+        name = f"nsq.{self.kind}.health"
+        send = self.emitter
+        send.incr(f"{name}.reports", 1, **self.tags)
+        send.gauge(f"{name}.connections", len(consumer.connections) if consumer else 0, **self.tags)
+        send.gauge(f"{name}.held", consumer.in_flight() if consumer else 0, **self.tags)
+        if not per_nsqd:
+            last = max(self._heard.values(), default=self._since)
+            send.gauge(f"{name}.last_contact", now - last, **self.tags)
+            return
+        for nsqd, when in sorted(self._heard.items()):
+            send.gauge(f"{name}.last_contact", now - when, nsqd=nsqd, **self.tags)
