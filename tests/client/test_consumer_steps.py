@@ -10,6 +10,9 @@ backoff, TOUCH deadlines, window deadlines) are checked exactly, in no time.
 from __future__ import annotations
 
 import itertools
+import logging
+import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -290,7 +293,18 @@ def test_a_window_moves_rdy_to_the_nsqds_that_have_messages_without_flapping(
 # -- reconnects, TOUCH and windows, on the fake clock -------------------------------
 
 
-def test_an_unreachable_nsqd_is_retried_with_backoff_on_the_clock() -> None:
+def test_an_unreachable_nsqd_is_retried_with_backoff_on_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The reconnect backoff draws each wait from 0 to its ceiling (full jitter); here
+    # every draw is its ceiling, so the schedule is exact, and the ceilings are recorded.
+    drawn: list[tuple[float, float]] = []
+
+    def at_ceiling(low: float, high: float) -> float:
+        drawn.append((low, high))
+        return high
+
+    monkeypatch.setattr(random, "uniform", at_ceiling)
     runner = ScriptedRunner()
     runner.unreachable = {NSQDS[2]}
     consumer = consumer_of()
@@ -305,10 +319,37 @@ def test_an_unreachable_nsqd_is_retried_with_backoff_on_the_clock() -> None:
     while NSQDS[2] not in consumer.connections and runner.clock.now < started + 10:
         runner.run(consumer.read_steps(0.1))
     assert round(runner.clock.now - started, 1) == 7.0  # the next try, 4 s later
+    assert drawn == [(0.0, 1.0), (0.0, 2.0), (0.0, 4.0)]  # RECONNECT_START_S, doubling
     for _ in range(5):  # the RDY it gets is taken from the others once theirs settled
         runner.run(consumer.read_steps(0.1))
     assert rdy_of(runner)[NSQDS[2]] >= 1
     assert sum(rdy_of(runner).values()) == 6
+
+
+def test_a_skipped_nsqd_is_announced_for_a_next_try_only_when_one_will_come(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "airflow_provider_nsq.client.consumer")
+    runner = ScriptedRunner()
+    runner.unreachable = set(NSQDS)
+    with pytest.raises(NSQConnectionError, match="could not read t/c from any nsqd"):
+        runner.run(consumer_of().start_steps(6))
+    assert "skipped" not in caplog.text  # the error names each nsqd; nothing retries
+    caplog.clear()
+    runner.unreachable = {NSQDS[2]}
+    runner.run(consumer_of().consume_steps(max_messages=1, timeout=0.5))
+    assert f"nsqd at {NSQDS[2]} skipped for this window of t/c" in caplog.text
+    assert "next try" not in caplog.text  # a window does not retry; the next one does
+    caplog.clear()
+    stream = consumer_of()
+    runner.run(stream.start_steps(6))
+    assert re.search(
+        rf"nsqd at {NSQDS[2]} skipped for t/c: .*\(next try in \d+\.\ds\)", caplog.text
+    )
+    started = runner.clock.now
+    while len(runner.connects) < 4 and runner.clock.now < started + 2:
+        runner.run(stream.read_steps(0.1))
+    assert NSQDS[2] in runner.connects[-1][1]  # and the stream did try it again
 
 
 def test_touch_held_touches_each_held_message_once_a_third_of_msg_timeout_passed() -> None:

@@ -15,12 +15,7 @@ from ..message import by_connection
 from .aio import AsyncNSQConsumer
 from .blocking import NSQConsumer
 from .connections import UNREACHABLE
-from .discovery import (
-    DEFAULT_LOOKUPD_POLL_INTERVAL_S,
-    EMPTY_POLL_INTERVAL_S,
-    RECONNECT_MAX_S,
-    RECONNECT_START_S,
-)
+from .discovery import DEFAULT_LOOKUPD_POLL_INTERVAL_S, EMPTY_POLL_INTERVAL_S
 from .ledger import TOUCH_AFTER_SHARE
 from .pool import Contact
 from .rdy_plan import IDLE_AFTER_S, REBALANCE_INTERVAL_S, ROTATE_INTERVAL_S, SETTLE_S
@@ -32,8 +27,6 @@ __all__ = [
     "EMPTY_POLL_INTERVAL_S",
     "IDLE_AFTER_S",
     "REBALANCE_INTERVAL_S",
-    "RECONNECT_MAX_S",
-    "RECONNECT_START_S",
     "ROTATE_INTERVAL_S",
     "SETTLE_S",
     "TOUCH_AFTER_SHARE",

@@ -76,20 +76,22 @@ class Connections(Generic[Conn]):
         """Find the nsqds and connect to each; raise when none can be reached (naming
         each). The time it ended."""
         targets = yield from self.discover_steps(now)
-        attempted = self.pool.missing(targets)
-        now, errors = yield from self.connect_steps(attempted, now)
-        self._check_reachable(attempted, errors)
+        now, _ = yield from self.connect_steps(self.pool.missing(targets), now, required=True)
         return now
 
-    def connect_steps(self, keys: Sequence[str], now: float) -> Steps[tuple[float, list[NSQError]]]:
+    def connect_steps(
+        self, keys: Sequence[str], now: float, *, required: bool = False
+    ) -> Steps[tuple[float, list[NSQError]]]:
         """Open a connection for each key: the time it ended, and the errors of those that
-        could not be opened (unreachable ones are logged and backed off; any other error
-        is raised)."""
+        could not be opened (unreachable ones are logged, and a stream tries them again
+        after their backoff; any other error is raised). ``required``: when none could be
+        opened (and the pool is empty), raise one error naming each instead."""
         if not keys:
             return now, []
         configs = tuple(self._config_for(nsqd_of(k)) for k in keys)
         opened: Opened = yield Connect(configs, self.topic, self.channel)
         errors: list[NSQError] = []
+        skipped: list[tuple[str, NSQError]] = []
         failure: NSQError | None = None
         for key, result in zip(keys, opened.results, strict=True):
             if not isinstance(result, NSQError):
@@ -98,12 +100,16 @@ class Connections(Generic[Conn]):
                 log.debug("reading %s/%s from nsqd at %s", self.topic, self.channel, key)
             elif isinstance(result, UNREACHABLE):
                 errors.append(result)
-                self._skip(key, result, opened.now)
+                skipped.append((key, result))
             else:
                 errors.append(result)
                 failure = failure or result
         if failure is not None:
             raise failure
+        if required:
+            self._check_reachable(keys, errors)
+        for key, exc in skipped:
+            self._skip(key, exc, opened.now)
         return opened.now, errors
 
     def _config_for(self, address: str) -> ClientConfig:
@@ -113,9 +119,18 @@ class Connections(Generic[Conn]):
         return own if address == own.address else own.for_nsqd(address)
 
     def _skip(self, key: str, exc: NSQError, now: float) -> None:
+        """Go on without ``key``, which could not be opened. Only a stream tries it again
+        (after its backoff), and only then does the warning announce a next try: a
+        window reads the others, and the next window tries every nsqd afresh."""
+        if not self.streaming:
+            log.warning(
+                "nsqd at %s skipped for this window of %s/%s: %s",
+                *(key, self.topic, self.channel, exc),
+            )
+            return
         wait = self.retries.failed(key, now)
         log.warning(
-            "nsqd at %s skipped for %s/%s: %s (next try in %gs)",
+            "nsqd at %s skipped for %s/%s: %s (next try in %.1fs)",
             *(key, self.topic, self.channel, exc, wait),
         )
 

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 
 from ...protocol.errors import NSQError
-from ..backoff import Backoff
+from ..backoff import Backoff, reconnect_backoff
 from ..lookupd import LookupdClient, Producer
 from ..steps import Steps
 
@@ -18,9 +18,6 @@ log = logging.getLogger("airflow_provider_nsq.client.consumer")
 DEFAULT_LOOKUPD_POLL_INTERVAL_S = 60.0
 #: While no producer is known, nsqlookupd is asked at least this often.
 EMPTY_POLL_INTERVAL_S = 5.0
-#: Backoff for an nsqd that could not be reached (first, longest), seconds.
-RECONNECT_START_S = 1.0
-RECONNECT_MAX_S = 60.0
 
 
 class Discovery:
@@ -81,7 +78,7 @@ class Discovery:
 
 class RetrySchedule:
     """When to try again a connection that could not be opened (or dropped): each with
-    its own backoff, from :data:`RECONNECT_START_S` up to :data:`RECONNECT_MAX_S`."""
+    its own :func:`~..backoff.reconnect_backoff` (1 s doubling to 60 s, full jitter)."""
 
     def __init__(self) -> None:
         self._due: dict[str, tuple[float, Backoff]] = {}  # key -> (when, backoff)
@@ -95,7 +92,7 @@ class RetrySchedule:
 
     def failed(self, key: str, now: float) -> float:
         """``key`` could not be opened at ``now``: the seconds until its next try."""
-        backoff = self._due.get(key, (0.0, None))[1] or Backoff(RECONNECT_START_S, RECONNECT_MAX_S)
+        backoff = self._due.get(key, (0.0, None))[1] or reconnect_backoff()
         wait = backoff.next()
         self._due[key] = (now + wait, backoff)
         return wait

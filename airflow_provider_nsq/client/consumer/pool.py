@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ...protocol.value_checks import is_int
 from ..aio import AsyncNSQConnection
 from ..blocking import NSQConnection
 
@@ -73,7 +74,7 @@ class Pool(Generic[Conn]):
 
     def add(self, key: str, conn: Conn, now: float) -> Slot[Conn]:
         timeout = conn.server_info.get("msg_timeout")
-        negotiated = timeout if isinstance(timeout, int) and timeout > 0 else None
+        negotiated = timeout if is_int(timeout) and timeout > 0 else None
         slot = Slot(key, nsqd_of(key), conn, conn.max_rdy_count, negotiated, now)
         self.slots[key] = slot
         self._changed()

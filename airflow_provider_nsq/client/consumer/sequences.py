@@ -51,9 +51,11 @@ from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar
 from ...protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ...protocol.errors import NSQStateError, NSQValueError
 from ...protocol.names import validate_channel_name, validate_topic_name
-from ..address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from ...protocol.value_checks import check_int, check_seconds
+from ..address import nsqd_tcp_addresses as parse_nsqd_addresses
+from ..address import parse_addresses
 from ..config import ClientConfig
-from ..lookupd import LookupdClient, Producer, parse_addresses
+from ..lookupd import LookupdClient, Producer
 from ..message import NSQMessage
 from ..steps import NOW, Close, Steps, answer
 from ..window import AckMode, Window, check_window
@@ -143,16 +145,8 @@ class ConsumerSteps(Generic[Conn]):
             if lookupds
             else None
         )
-        static = parse_addresses(nsqd_tcp_addresses, "nsqd_tcp_addresses") or [self.config.address]
-        discovery = Discovery(
-            topic,
-            [
-                format_address(*parse_address(a, DEFAULT_NSQD_TCP_PORT, "nsqd_tcp_addresses entry"))
-                for a in static
-            ],
-            self.lookupd,
-            self.lookupd_poll_interval,
-        )
+        static = parse_nsqd_addresses(nsqd_tcp_addresses) or [self.config.address]
+        discovery = Discovery(topic, static, self.lookupd, self.lookupd_poll_interval)
         self._life = Lifecycle()
         self._conns: Connections[Conn] = Connections(
             topic, channel, self.config, discovery, max_connections_per_nsqd
@@ -397,9 +391,7 @@ class ConsumerSteps(Generic[Conn]):
 
 
 def _check_budget(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise NSQValueError(f"{what} must be an int >= 0, got {value!r}")
-    return value
+    return check_int(value, what, minimum=0)
 
 
 def _check_settings(config: ClientConfig, poll_interval: object, per_nsqd: object) -> None:
@@ -408,13 +400,5 @@ def _check_settings(config: ClientConfig, poll_interval: object, per_nsqd: objec
         raise NSQValueError(
             "heartbeat_interval_ms=-1 disables heartbeats; nsqd refuses SUB without them"
         )
-    if (
-        isinstance(poll_interval, bool)
-        or not isinstance(poll_interval, (int, float))
-        or poll_interval <= 0
-    ):
-        raise NSQValueError(
-            f"lookupd_poll_interval must be a number of seconds > 0, got {poll_interval!r}"
-        )
-    if isinstance(per_nsqd, bool) or not isinstance(per_nsqd, int) or per_nsqd < 1:
-        raise NSQValueError(f"max_connections_per_nsqd must be an int >= 1, got {per_nsqd!r}")
+    check_seconds(poll_interval, "lookupd_poll_interval")
+    check_int(per_nsqd, "max_connections_per_nsqd", minimum=1)
