@@ -37,6 +37,7 @@ from ..protocol.errors import (
     NSQValueError,
 )
 from ..protocol.names import validate_topic_name
+from ..protocol.value_checks import check_seconds, is_int
 from .address import DEFAULT_LOOKUPD_HTTP_PORT, format_address, parse_address
 from .address import parse_addresses as parse_addresses  # moved to .address; callers import it here
 from .aio_runner import arun
@@ -117,7 +118,7 @@ def parse_lookupd_address(raw: object) -> LookupdAddress:
 
 def _int_field(entry: dict[str, Any], key: str, url: str) -> int:
     value = entry.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+    if not is_int(value) or not 0 < value < 65536:
         raise NSQProtocolError(f"{url}: producer {key!r} is not a port: {value!r}")
     return value
 
@@ -231,9 +232,7 @@ class LookupdClient:
         ]
         if not self.lookupds:
             raise NSQValueError("LookupdClient needs at least one nsqlookupd HTTP address")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise NSQValueError(f"lookupd timeout must be a number of seconds > 0, got {timeout!r}")
-        self.timeout = float(timeout)
+        self.timeout = check_seconds(timeout, "lookupd timeout")
         self._ssl_context = ssl_context
 
     def __repr__(self) -> str:

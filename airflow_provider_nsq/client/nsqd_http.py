@@ -26,6 +26,7 @@ from urllib.parse import urlencode
 
 from ..protocol.errors import NSQConnectionError, NSQHTTPError, NSQProtocolError, NSQTimeoutError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
+from ..protocol.value_checks import is_int
 from .address import format_address
 from .aio_runner import arun
 from .blocking_runner import run
@@ -67,7 +68,7 @@ class ChannelDepth:
 
 def _int(doc: Mapping[str, Any], key: str, url: str) -> int:
     value = doc.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise NSQProtocolError(f"{url}: {key!r} is not a number in the stats: {value!r}")
     return value
 

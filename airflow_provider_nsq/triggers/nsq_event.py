@@ -53,21 +53,17 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..client import AsyncNSQConnection, AsyncNSQConsumer, ClientConfig, NSQMessage
-from ..client.backoff import Backoff
-from ..client.consumer import (
-    DEFAULT_LOOKUPD_POLL_INTERVAL_S,
-    RECONNECT_MAX_S,
-    RECONNECT_START_S,
-    UNREACHABLE,
-)
+from ..client.backoff import reconnect_backoff
+from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
 from ..client.records import MessageFilter, import_callable, message_record
-from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, int_in_range
+from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
+from ..protocol.value_checks import check_int
 from .event_batches import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TIMEOUT_S,
@@ -121,7 +117,7 @@ async def _start_consumer(
     started, the consumer itself reconnects dropped nsqds and re-asks nsqlookupd every
     ``lookupd_poll_interval`` seconds.
     """
-    backoff = Backoff(RECONNECT_START_S, RECONNECT_MAX_S)
+    backoff = reconnect_backoff()
     while True:
         consumer = AsyncNSQConsumer(
             topic, channel, lookupd_poll_interval=lookupd_poll_interval, **options
@@ -491,7 +487,9 @@ class NSQEventTrigger(BaseEventTrigger):
         batch_size = check_batch_size(batch_size)
         if max_in_flight is None:
             max_in_flight = max(DEFAULT_MAX_IN_FLIGHT, batch_size)
-        max_in_flight = int_in_range(max_in_flight, "max_in_flight", 1, DEFAULT_MAX_RDY_COUNT)
+        max_in_flight = check_int(
+            max_in_flight, "max_in_flight", minimum=1, maximum=DEFAULT_MAX_RDY_COUNT
+        )
         if max_in_flight < batch_size:
             raise NSQValueError(
                 f"max_in_flight ({max_in_flight}) must be at least batch_size ({batch_size}): "
