@@ -308,12 +308,9 @@ class NSQEventStreamProducer(SharedStreamProducer):
             yield batch, batch
 
     async def _read(self, timeout: float) -> list[NSQMessage]:
-        """The consumer's deliveries within ``timeout`` seconds (each is news from its nsqd)."""
+        """The consumer's deliveries within ``timeout`` seconds."""
         assert self.consumer is not None
-        messages = await self.consumer.read(timeout)
-        if self.health is not None:
-            self.health.heard_messages(messages)
-        return messages
+        return await self.consumer.read(timeout)
 
     def get_advance_lane(self, broker_payload: MessageBatch) -> Hashable:
         # FIN is per message (no cumulative offset): one lane per batch, so a batch still
