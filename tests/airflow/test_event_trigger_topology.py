@@ -13,7 +13,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
+from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
 
 from .test_event_trigger import CHANNEL, Triggerer, ack_mode
 
