@@ -119,6 +119,7 @@ class AsyncioIO(AnsweringDriver):
     # -- transport callbacks -------------------------------------------------------
 
     def _on_read(self, buffer: bytearray, view: memoryview, nbytes: int) -> None:
+        self.last_received = time.monotonic()
         core = self._core
         # An OK and nothing else, the usual read of a publisher (10 bytes).
         if nbytes == 10 and core is not None and core.take_ok(buffer, nbytes):

@@ -1,7 +1,7 @@
 """Exponential backoff, written once: how long to wait before the next try.
 
 Every retry in the provider grows its wait the same way, each from its own first wait
-and up to its own cap: the consumer core (an nsqd it cannot reach), the event trigger (no
+and up to its own cap: the consumer (an nsqd it cannot reach), the event trigger (no
 nsqd reachable yet), the message trigger (an nsqd it cannot reach, and the pause between
 checks) and the sensor (the pause after a TCP window that came back short).
 

@@ -12,6 +12,7 @@ for it; anything else goes through the full dispatch. The socket's waits are bou
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import time
 from collections import deque
@@ -167,6 +168,8 @@ class BlockingIO(AnsweringDriver):
             n = 0  # reset: same as EOF after whatever was already read
         if n < 0:
             return False
+        if n:
+            self.last_received = time.monotonic()
         # A reply and nothing else, the usual read of a publisher (an OK frame is 10
         # bytes: a consumer's reads skip the call).
         if n == 10 and core.take_ok(io.buffer, n):
@@ -219,16 +222,10 @@ class NSQConnection(BlockingIO):
         with map_exceptions(self._peer, "connect to", cfg.connect_timeout):
             sock = connect_tcp(cfg.host, cfg.port, cfg.connect_timeout)
         try:
-            self._io = BlockingSocket(sock)
-            core = self._new_core()
-            core.initiate()
-            self._flush()
+            core = self._begin_handshake(sock)
             while core.state is _HANDSHAKING:
                 if not self._read_once(deadline - time.monotonic()):
-                    raise NSQTimeoutError(
-                        f"nsqd at {cfg.address} did not complete the handshake within "
-                        f"{cfg.connect_timeout:g}s"
-                    )
+                    raise self.handshake_timeout()
                 self._raise_failure("the handshake")
         except BaseException:
             if self._io is None:
@@ -236,6 +233,42 @@ class NSQConnection(BlockingIO):
             self._teardown()
             raise
         return self
+
+    # -- a handshake pumped by an owner of many connections (the consumer's Connect) --
+
+    def start_handshake(self, sock: socket.socket) -> None:
+        """Take over ``sock``, a TCP socket already connected to this connection's nsqd,
+        and send the handshake's opening (magic, IDENTIFY) without waiting for nsqd. The
+        caller then calls :meth:`read_available` whenever the socket is readable, until
+        :attr:`handshake_done`: so one selector pumps many handshakes at once (the
+        blocking consumer opens every nsqd that way). A TLS upgrade, when nsqd asks for
+        it, waits on this socket (bounded by ``connect_timeout``)."""
+        self._teardown()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._begin_handshake(sock)
+
+    def _begin_handshake(self, sock: socket.socket) -> ClientConnection:
+        """Wrap ``sock`` (connected, Nagle off) and send the handshake's opening."""
+        self._io = BlockingSocket(sock)
+        core = self._new_core()
+        core.initiate()
+        self._flush()
+        return core
+
+    @property
+    def handshake_done(self) -> bool:
+        """Whether the handshake :meth:`start_handshake` began has completed; raises the
+        error that ended it instead (nsqd's refusal, its close)."""
+        self._raise_failure("the handshake")
+        assert self._core is not None
+        return self._core.state is not ConnectionState.HANDSHAKING
+
+    def handshake_timeout(self) -> NSQTimeoutError:
+        """The error for a handshake that did not complete within ``connect_timeout``."""
+        return NSQTimeoutError(
+            f"nsqd at {self.config.address} did not complete the handshake within "
+            f"{self.config.connect_timeout:g}s"
+        )
 
     def close(self) -> None:
         """Close the connection. Messages delivered and not taken are REQ'd first (when

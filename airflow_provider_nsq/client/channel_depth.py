@@ -10,13 +10,15 @@ so messages published from then on wait for it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from ..protocol.names import validate_channel_name
+from .aio_runner import arun
+from .blocking_runner import run
 from .connection_settings import ConnectionSettings
 from .lookupd import LookupdClient, Producer
 from .nsqd_http import ChannelDepth, NSQDHTTPClient, combine_depths
+from .steps import Gather, Steps
 
 
 class ChannelDepthReader:
@@ -35,25 +37,29 @@ class ChannelDepthReader:
     def read(self, topic: str, channel: str) -> ChannelDepth | None:
         """What ``channel`` holds (None: no HTTP API is known). NSQError subclasses
         when an API cannot be read."""
-        if self.lookupd is not None:
-            validate_channel_name(channel)
-            apis = self._producer_apis(self.lookupd.lookup(topic))
-            depths = [api.channel_depth(topic, channel, create=True) for api in apis]
-            return combine_depths(topic, channel, depths)
-        api = self._single_api()
-        return None if api is None else api.channel_depth(topic, channel, create=True)
+        return run(self.read_steps(topic, channel))
 
     async def aread(self, topic: str, channel: str) -> ChannelDepth | None:
-        """:meth:`read` on the event loop (no thread; every producer asked at once)."""
-        if self.lookupd is not None:
-            validate_channel_name(channel)
-            apis = self._producer_apis(await self.lookupd.alookup(topic))
-            depths = await asyncio.gather(
-                *(api.achannel_depth(topic, channel, create=True) for api in apis)
-            )
-            return combine_depths(topic, channel, depths)
-        api = self._single_api()
-        return None if api is None else await api.achannel_depth(topic, channel, create=True)
+        """:meth:`read` on the event loop (no thread)."""
+        return await arun(self.read_steps(topic, channel))
+
+    def read_steps(self, topic: str, channel: str) -> Steps[ChannelDepth | None]:
+        """:meth:`read` as steps (:mod:`.steps`): every producer asked at once."""
+        if self.lookupd is None:
+            api = self._single_api()
+            if api is None:
+                return None
+            return (yield from api.channel_depth_steps(topic, channel, create=True))
+        validate_channel_name(channel)
+        producers = yield from self.lookupd.lookup_steps(topic)
+        apis = self._producer_apis(producers)
+        depths = yield Gather(
+            tuple(api.channel_depth_steps(topic, channel, create=True) for api in apis)
+        )
+        for depth in depths:
+            if isinstance(depth, BaseException):
+                raise depth  # an API that cannot be read: the caller falls back
+        return combine_depths(topic, channel, depths)
 
     def _single_api(self) -> NSQDHTTPClient | None:
         if len(self.settings.nsqds) > 1:

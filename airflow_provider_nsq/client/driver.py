@@ -96,6 +96,10 @@ class DriverBase:
         self._idle_limit = idle_limit_s(self.config)
         self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
         self.connects = 0  # how many times a TCP connection was opened
+        #: When nsqd was last heard from (``time.monotonic()``; any bytes, heartbeats and
+        #: OK fast paths included; 0.0: never), set by each driver's read: an owner
+        #: tells a quiet nsqd from a silent one.
+        self.last_received = 0.0
         #: Called (no arguments) when messages arrive or the connection fails: an owner
         #: waiting on several connections learns there is something to look at.
         self.on_wake: Callable[[], None] | None = None

@@ -3,8 +3,10 @@
 nsqd's HTTP API (stats) and nsqlookupd's (lookup) are small JSON endpoints; this is all
 the HTTP the client needs, with the properties the rest of the client has: every wait is
 bounded by one deadline, TLS verifies by default, errors are the NSQError family and name
-the address. The request logic is written once (:class:`_Exchange`); the two drivers only
-move bytes.
+the address. A request is a value (:class:`HTTPRequest`, a step the runners of
+:mod:`.steps` perform); what is sent and how the answer is read is written once
+(:class:`_Exchange`, over h11); :func:`send_request` and :func:`asend_request` only move
+its bytes, on a socket or an asyncio stream.
 """
 
 from __future__ import annotations
@@ -67,25 +69,41 @@ class HTTPResponse:
         return self.body[:200].decode("utf-8", "replace").strip()
 
 
+@dataclass(frozen=True, slots=True)
+class HTTPRequest:
+    """One request, as a step the runners perform (:mod:`.steps`): sent, and its whole
+    response read, within ``timeout`` seconds; HTTPS when ``ssl_context`` is given.
+    Outcome: the :class:`HTTPResponse` (any status); :class:`NSQConnectionError` (refused,
+    reset; :class:`NSQTLSError` for TLS), :class:`NSQTimeoutError` or
+    :class:`NSQProtocolError` otherwise."""
+
+    host: str
+    port: int
+    target: str
+    timeout: float
+    method: str = "GET"
+    headers: Sequence[tuple[str, str]] = ()
+    body: bytes = b""
+    ssl_context: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.ssl_context else "http"
+        return f"{scheme}://{format_address(self.host, self.port)}{self.target}"
+
+
 class _Exchange:
     """The request and the response, as bytes in and out (h11 does the parsing)."""
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        target: str,
-        method: str,
-        headers: Sequence[tuple[str, str]],
-        body: bytes,
-        scheme: str,
-    ) -> None:
-        self.url = f"{scheme}://{format_address(host, port)}{target}"
+    def __init__(self, request: HTTPRequest) -> None:
+        self.url = request.url
         self._conn = h11.Connection(h11.CLIENT)
+        method, body = request.method, request.body
         all_headers = [
-            ("Host", format_address(host, port)),
+            ("Host", format_address(request.host, request.port)),
             ("User-Agent", _USER_AGENT),
-            *headers,
+            *request.headers,
             ("Connection", "close"),
         ]
         if body or method in ("POST", "PUT"):
@@ -95,14 +113,14 @@ class _Exchange:
         self._headers: tuple[tuple[str, str], ...] = ()
         self._body = bytearray()
         try:
-            request = self._conn.send(
-                h11.Request(method=method, target=target, headers=all_headers)
+            head = self._conn.send(
+                h11.Request(method=method, target=request.target, headers=all_headers)
             )
             data = self._conn.send(h11.Data(data=body)) if body else b""
             end = self._conn.send(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:
             raise NSQProtocolError(f"cannot send {method} {self.url}: {exc}") from None
-        self.request_bytes = (request or b"") + (data or b"") + (end or b"")
+        self.request_bytes = (head or b"") + (data or b"") + (end or b"")
 
     def receive(self, data: bytes) -> HTTPResponse | None:
         """Feed what was read (``b""`` at EOF); the response once it is complete."""
@@ -140,98 +158,86 @@ class _Exchange:
                 raise NSQConnectionError(f"{self.url} closed the connection mid-response")
 
 
-def http_request(
-    host: str,
-    port: int,
-    target: str,
-    *,
-    timeout: float,
-    method: str = "GET",
-    headers: Sequence[tuple[str, str]] = (),
-    body: bytes = b"",
-    ssl_context: ssl.SSLContext | None = None,
-    server_hostname: str | None = None,
-) -> HTTPResponse:
-    """Send one request and read the whole response, all within ``timeout`` seconds.
-
-    Raises :class:`NSQConnectionError` (refused, reset, TLS: :class:`NSQTLSError`),
-    :class:`NSQTimeoutError` or :class:`NSQProtocolError`; any HTTP status is returned.
-    """
-    exchange = _Exchange(
-        host, port, target, method, headers, body, "https" if ssl_context else "http"
-    )
+def send_request(request: HTTPRequest) -> HTTPResponse:
+    """Perform ``request`` on a blocking socket (the blocking runner's way)."""
+    exchange = _Exchange(request)
+    timeout = request.timeout
     deadline = time.monotonic() + timeout
     sock: socket.socket | None = None
     try:
         with map_exceptions(exchange.url, "reach", timeout):
-            sock = socket.create_connection((host, port), timeout=timeout)
-            if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=server_hostname or host)
+            sock = socket.create_connection((request.host, request.port), timeout=timeout)
+            if request.ssl_context is not None:
+                sock = request.ssl_context.wrap_socket(
+                    sock, server_hostname=request.server_hostname or request.host
+                )
         with map_exceptions(exchange.url, "get an answer from", timeout):
             sock.sendall(exchange.request_bytes)
-            while True:
+            response = None
+            while response is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError  # worded by map_exceptions, as a recv timeout is
                 sock.settimeout(remaining)
-                try:
-                    data = sock.recv(_READ_SIZE)
-                except ConnectionResetError:
-                    data = b""
-                response = exchange.receive(data)
-                if response is not None:
-                    return response
+                response = exchange.receive(_recv(sock))
+            return response
     finally:
         if sock is not None:
             sock.close()
 
 
-async def ahttp_request(
-    host: str,
-    port: int,
-    target: str,
-    *,
-    timeout: float,
-    method: str = "GET",
-    headers: Sequence[tuple[str, str]] = (),
-    body: bytes = b"",
-    ssl_context: ssl.SSLContext | None = None,
-    server_hostname: str | None = None,
-) -> HTTPResponse:
-    """:func:`http_request` for asyncio: no thread, cancellable, same errors."""
-    exchange = _Exchange(
-        host, port, target, method, headers, body, "https" if ssl_context else "http"
-    )
+async def asend_request(request: HTTPRequest) -> HTTPResponse:
+    """Perform ``request`` on an asyncio stream (the asyncio runner's way): no thread,
+    cancellable, the same errors."""
+    exchange = _Exchange(request)
+    timeout = request.timeout
     writer: asyncio.StreamWriter | None = None
     deadline = time.monotonic() + timeout
-
-    async def exchange_bytes(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> HTTPResponse:
-        writer.write(exchange.request_bytes)
-        await writer.drain()
-        while True:
-            try:
-                data = await reader.read(_READ_SIZE)
-            except ConnectionResetError:
-                data = b""
-            response = exchange.receive(data)
-            if response is not None:
-                return response
-
+    ssl_context = request.ssl_context
     try:
         with map_exceptions(exchange.url, "reach", timeout):
             async with asyncio.timeout(timeout):
-                reader, opened = await asyncio.open_connection(
-                    host,
-                    port,
+                reader, writer = await asyncio.open_connection(
+                    request.host,
+                    request.port,
                     ssl=ssl_context,
-                    server_hostname=(server_hostname or host) if ssl_context else None,
+                    server_hostname=(request.server_hostname or request.host)
+                    if ssl_context
+                    else None,
                 )
-            writer = opened
         with map_exceptions(exchange.url, "get an answer from", timeout):
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
-                return await exchange_bytes(reader, opened)
+                writer.write(exchange.request_bytes)
+                await writer.drain()
+                response = None
+                while response is None:
+                    response = exchange.receive(await _aread(reader))
+                return response
     finally:
         if writer is not None:
             writer.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(_READ_SIZE)
+    except ConnectionResetError:
+        return b""  # as EOF: the response is cut short, and says so
+
+
+async def _aread(reader: asyncio.StreamReader) -> bytes:
+    try:
+        return await reader.read(_READ_SIZE)
+    except ConnectionResetError:
+        return b""
+
+
+def http_request(host: str, port: int, target: str, **options: Any) -> HTTPResponse:
+    """Send one request and read the whole response, all within ``timeout`` seconds
+    (``options``: the other fields of :class:`HTTPRequest`; any status is returned)."""
+    return send_request(HTTPRequest(host, port, target, **options))
+
+
+async def ahttp_request(host: str, port: int, target: str, **options: Any) -> HTTPResponse:
+    """:func:`http_request` for asyncio: no thread, cancellable, same errors."""
+    return await asend_request(HTTPRequest(host, port, target, **options))

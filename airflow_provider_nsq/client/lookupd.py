@@ -14,18 +14,17 @@ Shapes as real nsqlookupd answers ``GET /lookup?topic=T``
 mean "no nsqd has it right now". nsqlookupd before 1.0 wrapped answers as
 ``{"status_code": 200, "status_txt": "OK", "data": {...}}``: accepted too.
 
-The answer handling is written once (:func:`parse_lookup`, :func:`merge_answers`); the
-blocking :meth:`LookupdClient.lookup` (one short-lived thread per lookupd, joined before it
-returns) and the asyncio :meth:`LookupdClient.alookup` only run the requests.
+A lookup is written once, as steps (:meth:`LookupdClient.lookup_steps`: one HTTP request
+per lookupd, all at once, :mod:`.steps`); the blocking :meth:`LookupdClient.lookup` (one
+short-lived thread per lookupd, joined before it returns) and the asyncio
+:meth:`LookupdClient.alookup` only run it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -38,9 +37,13 @@ from ..protocol.errors import (
     NSQValueError,
 )
 from ..protocol.names import validate_topic_name
+from ..protocol.value_checks import check_seconds, is_int
 from .address import DEFAULT_LOOKUPD_HTTP_PORT, format_address, parse_address
 from .address import parse_addresses as parse_addresses  # moved to .address; callers import it here
-from .http import NSQ_V1_ACCEPT, HTTPResponse, ahttp_request, http_request
+from .aio_runner import arun
+from .blocking_runner import run
+from .http import NSQ_V1_ACCEPT, HTTPRequest, HTTPResponse
+from .steps import Gather, Steps
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ def parse_lookupd_address(raw: object) -> LookupdAddress:
 
 def _int_field(entry: dict[str, Any], key: str, url: str) -> int:
     value = entry.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+    if not is_int(value) or not 0 < value < 65536:
         raise NSQProtocolError(f"{url}: producer {key!r} is not a port: {value!r}")
     return value
 
@@ -229,9 +232,7 @@ class LookupdClient:
         ]
         if not self.lookupds:
             raise NSQValueError("LookupdClient needs at least one nsqlookupd HTTP address")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise NSQValueError(f"lookupd timeout must be a number of seconds > 0, got {timeout!r}")
-        self.timeout = float(timeout)
+        self.timeout = check_seconds(timeout, "lookupd timeout")
         self._ssl_context = ssl_context
 
     def __repr__(self) -> str:
@@ -251,48 +252,25 @@ class LookupdClient:
 
     def lookup(self, topic: str) -> list[Producer]:
         """The nsqds that have ``topic`` now (``[]``: none yet), from every lookupd."""
-        target = self._target(topic)
-
-        def ask(lookupd: LookupdAddress) -> list[Producer] | BaseException:
-            try:
-                return parse_lookup(
-                    http_request(
-                        lookupd.host,
-                        lookupd.port,
-                        target,
-                        timeout=self.timeout,
-                        headers=_HEADERS,
-                        ssl_context=self._context(lookupd),
-                    )
-                )
-            except NSQError as exc:
-                return exc
-
-        if len(self.lookupds) == 1:
-            answers = [ask(self.lookupds[0])]
-        else:
-            # One thread per lookupd, all joined here (each request is bounded by timeout).
-            with ThreadPoolExecutor(len(self.lookupds), thread_name_prefix="nsq-lookupd") as pool:
-                answers = list(pool.map(ask, self.lookupds))
-        return merge_answers(self.lookupds, answers, topic)
+        return run(self.lookup_steps(topic))
 
     async def alookup(self, topic: str) -> list[Producer]:
         """:meth:`lookup` for asyncio: every lookupd at once, no thread."""
+        return await arun(self.lookup_steps(topic))
+
+    def lookup_steps(self, topic: str) -> Steps[list[Producer]]:
+        """:meth:`lookup` as steps (:mod:`.steps`): every lookupd asked at once."""
         target = self._target(topic)
-
-        async def ask(lookupd: LookupdAddress) -> list[Producer]:
-            return parse_lookup(
-                await ahttp_request(
-                    lookupd.host,
-                    lookupd.port,
-                    target,
-                    timeout=self.timeout,
-                    headers=_HEADERS,
-                    ssl_context=self._context(lookupd),
-                )
-            )
-
-        answers = await asyncio.gather(
-            *(ask(lookupd) for lookupd in self.lookupds), return_exceptions=True
-        )
+        answers = yield Gather(tuple(self._ask(lookupd, target) for lookupd in self.lookupds))
         return merge_answers(self.lookupds, answers, topic)
+
+    def _ask(self, lookupd: LookupdAddress, target: str) -> Steps[list[Producer]]:
+        request = HTTPRequest(
+            lookupd.host,
+            lookupd.port,
+            target,
+            self.timeout,
+            headers=_HEADERS,
+            ssl_context=self._context(lookupd),
+        )
+        return parse_lookup((yield request))

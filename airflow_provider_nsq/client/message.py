@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Literal, Protocol
 
 from ..protocol.frames import Message
+
+log = logging.getLogger(__name__)
 
 #: How a message is answered: FIN (done), REQ (redeliver), TOUCH (restart its timeout).
 Answer = Literal["FIN", "REQ", "TOUCH"]
@@ -66,3 +71,38 @@ class NSQMessage(Message):
 def bound_message_class(connection: Responder) -> type[NSQMessage]:
     """An NSQMessage subclass whose messages answer on ``connection``."""
     return type("NSQMessage", (NSQMessage,), {"__slots__": (), "connection": connection})
+
+
+_CONNECTION = attrgetter("connection")
+
+
+def _alive(conn: Any) -> bool:
+    return conn is not None and conn.alive
+
+
+def by_connection(messages: Sequence[NSQMessage]) -> list[tuple[Any, Sequence[NSQMessage]]]:
+    """``messages`` grouped by the connection that delivered them (each group in their
+    order), leaving out (with a warning) those whose connection is gone: nsqd redelivers
+    them after its msg_timeout, and no other connection may answer them."""
+    conns = set(map(_CONNECTION, messages))  # one pass in C: usually a single connection
+    groups: dict[Any, Sequence[NSQMessage]]
+    if len(conns) == 1:
+        groups = {conns.pop(): messages}
+    else:
+        lists: dict[Any, list[NSQMessage]] = {conn: [] for conn in conns}
+        for m in messages:
+            lists[m.connection].append(m)
+        groups = dict(lists)
+    lost = sum(len(ms) for conn, ms in groups.items() if not _alive(conn))
+    if lost:
+        log.warning(
+            "%s message(s) came on a connection that is gone: nsqd redelivers them "
+            "after its msg_timeout",
+            lost,
+        )
+    return [(conn, ms) for conn, ms in groups.items() if _alive(conn)]
+
+
+def on_live_connections(messages: Sequence[NSQMessage]) -> list[NSQMessage]:
+    """The messages whose connection is still alive (only those can be answered)."""
+    return [m for m in messages if _alive(m.connection)]

@@ -12,23 +12,27 @@ cases below were checked against the real daemon):
 - ``depth`` counts memory and disk (``backend_depth`` is part of it), ready to deliver;
   ``in_flight_count`` and ``deferred_count`` are not ready.
 
-The request sequence is written once, as a generator of requests
-(:func:`_depth_steps`); the blocking and asyncio methods only run it.
+Each call is written once, as steps (:meth:`NSQDHTTPClient.channel_depth_steps`: HTTP
+requests, :mod:`.steps`); the blocking and asyncio methods only run it.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from ..protocol.errors import NSQConnectionError, NSQHTTPError, NSQProtocolError, NSQTimeoutError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
+from ..protocol.value_checks import is_int
 from .address import format_address
+from .aio_runner import arun
+from .blocking_runner import run
 from .config import ClientConfig
-from .http import NSQ_V1_ACCEPT, HTTPResponse, ahttp_request, http_request
+from .http import NSQ_V1_ACCEPT, HTTPRequest, HTTPResponse
+from .steps import Steps
 from .tls import build_ssl_context
 
 _HEADERS = (("Accept", NSQ_V1_ACCEPT),)
@@ -36,10 +40,6 @@ _HEADERS = (("Accept", NSQ_V1_ACCEPT),)
 #: What it raises when the API cannot be read (down, slow, an error status, not nsqd's
 #: answer): a sensor or trigger then falls back to a TCP window or peek.
 HTTP_UNREADABLE = (NSQConnectionError, NSQTimeoutError, NSQHTTPError, NSQProtocolError)
-
-# One HTTP request: (method, target).
-_Request = tuple[str, str]
-_Steps = Generator[_Request, HTTPResponse, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class ChannelDepth:
 
 def _int(doc: Mapping[str, Any], key: str, url: str) -> int:
     value = doc.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise NSQProtocolError(f"{url}: {key!r} is not a number in the stats: {value!r}")
     return value
 
@@ -205,58 +205,51 @@ class NSQDHTTPClient:
             as a SUB would, so that messages published from now on wait for it. Never
             done for ``#ephemeral`` channels (nsqd would keep them with no subscriber).
         """
-        return self._run(_depth_steps(self.address, topic, channel, create))
+        return run(self.channel_depth_steps(topic, channel, create=create))
 
     async def achannel_depth(
         self, topic: str, channel: str, *, create: bool = False
     ) -> ChannelDepth:
         """:meth:`channel_depth` for asyncio (no thread, cancellable)."""
-        return await self._arun(_depth_steps(self.address, topic, channel, create))
+        return await arun(self.channel_depth_steps(topic, channel, create=create))
 
     def stats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
         """``/stats?format=json`` (clients left out), unwrapped."""
-        return self._run(_stats_steps(topic, channel))
+        return run(self.stats_steps(topic, channel))
 
     async def astats(self, topic: str | None = None, channel: str | None = None) -> dict[str, Any]:
-        return await self._arun(_stats_steps(topic, channel))
+        return await arun(self.stats_steps(topic, channel))
 
-    # -- running a sequence of requests ---------------------------------------------------
+    # -- the requests, as steps (:mod:`.steps`) ----------------------------------------
 
-    def _run(self, steps: _Steps) -> Any:
-        try:
-            request = next(steps)
-            while True:
-                request = steps.send(self._request(*request))
-        except StopIteration as done:
-            return done.value
+    def channel_depth_steps(
+        self, topic: str, channel: str, *, create: bool = False
+    ) -> Steps[ChannelDepth]:
+        """:meth:`channel_depth` as steps."""
+        validate_topic_name(topic)
+        validate_channel_name(channel)
+        # Without a channel filter: one answer has the topic's own depth and its channels.
+        response = _check((yield self._request("GET", _stats_target(topic))))
+        depth = parse_channel_depth(self.address, topic, channel, response.json(), response.url)
+        if create and not depth.exists and not is_ephemeral(channel):
+            # /channel/create answers 404 TOPIC_NOT_FOUND for a missing topic: create it first.
+            _check((yield self._request("POST", "/topic/create?" + urlencode({"topic": topic}))))
+            query = urlencode({"topic": topic, "channel": channel})
+            _check((yield self._request("POST", "/channel/create?" + query)))
+        return depth
 
-    async def _arun(self, steps: _Steps) -> Any:
-        try:
-            request = next(steps)
-            while True:
-                request = steps.send(await self._arequest(*request))
-        except StopIteration as done:
-            return done.value
+    def stats_steps(self, topic: str | None, channel: str | None) -> Steps[dict[str, Any]]:
+        """:meth:`stats` as steps."""
+        response = _check((yield self._request("GET", _stats_target(topic, channel))))
+        return dict(_unwrap(response.json(), response.url))
 
-    def _request(self, method: str, target: str) -> HTTPResponse:
-        return http_request(
+    def _request(self, method: str, target: str) -> HTTPRequest:
+        return HTTPRequest(
             self.host,
             self.port,
             target,
+            self.timeout,
             method=method,
-            timeout=self.timeout,
-            headers=_HEADERS,
-            ssl_context=self.ssl_context,
-            server_hostname=self.server_hostname,
-        )
-
-    async def _arequest(self, method: str, target: str) -> HTTPResponse:
-        return await ahttp_request(
-            self.host,
-            self.port,
-            target,
-            method=method,
-            timeout=self.timeout,
             headers=_HEADERS,
             ssl_context=self.ssl_context,
             server_hostname=self.server_hostname,
@@ -270,23 +263,3 @@ def _stats_target(topic: str | None, channel: str | None = None) -> str:
     if channel:
         query["channel"] = channel
     return "/stats?" + urlencode(query)
-
-
-def _stats_steps(topic: str | None, channel: str | None) -> _Steps:
-    response = _check((yield ("GET", _stats_target(topic, channel))))
-    return dict(_unwrap(response.json(), response.url))
-
-
-def _depth_steps(nsqd: str, topic: str, channel: str, create: bool) -> _Steps:
-    validate_topic_name(topic)
-    validate_channel_name(channel)
-    # Without a channel filter: one answer has the topic's own depth and its channels.
-    response = _check((yield ("GET", _stats_target(topic))))
-    depth = parse_channel_depth(nsqd, topic, channel, response.json(), response.url)
-    if create and not depth.exists and not is_ephemeral(channel):
-        # /channel/create answers 404 TOPIC_NOT_FOUND for a missing topic: create it first.
-        _check((yield ("POST", "/topic/create?" + urlencode({"topic": topic}))))
-        _check(
-            (yield ("POST", "/channel/create?" + urlencode({"topic": topic, "channel": channel})))
-        )
-    return depth

@@ -24,11 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQValueError
-from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from .address import nsqd_tcp_addresses
 from .blocking import NSQConnection
 from .config import ClientConfig
 from .driver import with_context
-from .lookupd import parse_addresses
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +40,7 @@ _UNREACHABLE = (NSQConnectionError, NSQTimeoutError)
 def nsqd_addresses(config: ClientConfig, extra: Sequence[str] | str = ()) -> list[str]:
     """A connection's nsqds in order: ``config``'s host:port first, then ``extra``
     (``nsqd_tcp_addresses``), without duplicates, each as ``host:port``."""
-    out = [config.address]
-    for raw in parse_addresses(extra, "nsqd_tcp_addresses"):
-        address = format_address(
-            *parse_address(raw, DEFAULT_NSQD_TCP_PORT, "nsqd_tcp_addresses entry")
-        )
-        if address not in out:
-            out.append(address)
-    return out
+    return list(dict.fromkeys([config.address, *nsqd_tcp_addresses(extra)]))
 
 
 class NSQProducer:
@@ -60,18 +52,14 @@ class NSQProducer:
 
     def __init__(self, addresses: Sequence[str] | str, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
-        listed = parse_addresses(addresses, "nsqd_tcp_addresses")
-        if not listed:
+        self.addresses: list[str] = nsqd_tcp_addresses(addresses)
+        if not self.addresses:
             raise NSQValueError("NSQProducer needs at least one nsqd TCP address")
-        self.addresses: list[str] = []
-        self._configs: dict[str, ClientConfig] = {}
-        for raw in listed:
-            config = self.config
-            if raw != config.address:  # the usual single nsqd needs no copy of the config
-                config = config.for_nsqd(raw, "nsqd_tcp_addresses entry")
-            if config.address not in self._configs:
-                self.addresses.append(config.address)
-                self._configs[config.address] = config
+        own = self.config
+        # The usual single nsqd needs no copy of the config.
+        self._configs: dict[str, ClientConfig] = {
+            a: own if a == own.address else own.for_nsqd(a) for a in self.addresses
+        }
         self._conn: NSQConnection | None = None
         self._past_connects = 0  # of connections dropped already
 

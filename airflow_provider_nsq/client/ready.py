@@ -8,15 +8,17 @@ the split follows where the messages are:
 - what a connection holds unanswered stays counted against the budget (its RDY never
   drops below it), so the messages in flight across all connections stay within the
   budget (but see the last point);
-- every connection keeps at least one RDY beyond what it holds while the budget allows
-  it (``budget >= connections``), so a producer that was quiet is noticed as soon as it
-  has messages again: none is starved;
+- a stream (``keep_one_each``) gives every connection at least one RDY beyond what it
+  holds while the budget allows it (what is not held covers one per connection), so a
+  producer that was quiet is noticed as soon as it has messages again: none is starved;
 - the rest goes to the *busy* connections (a message arrived recently, or everything
   they were allowed is in flight): an nsqd with a backlog is not held to an even share
   while the others are empty;
 - with fewer spare RDY than connections, they go one each in turn from the offset
-  (callers advance it now and then, so every producer gets its turn; a window serves
-  the busy ones first);
+  (callers advance it now and then, so every producer gets its turn); a window serves
+  the busy ones first, a stream the ones that hold nothing (a connection holding
+  messages keeps its RDY for them, and nsqd refills it as they are answered), so no
+  connection is left at RDY 0 while the spare covers every one that holds nothing;
 - never above any nsqd's ``max_rdy_count`` (from its IDENTIFY response);
 - moving RDY from one connection to another takes two steps (:func:`keep_within`): nsqd
   may already have sent a connection what its old RDY allowed, so what is taken away is
@@ -85,8 +87,13 @@ def plan_ready(
     order = [(offset + k) % n for k in range(n)]
     takers = [i for i in order if busy[i]]
     if spare < n:
-        # One each, in turn (a window serves the busy ones first: they have messages).
-        if not keep_one_each:
+        # One each, in turn. A window serves the busy ones first: they have messages. A
+        # stream serves first the connections that hold nothing: the others keep RDY
+        # for what they hold, which nsqd refills as those are answered, so none is left
+        # at RDY 0 (starved) while the spare could give it one.
+        if keep_one_each:
+            order = [i for i in order if not held[i]] + [i for i in order if held[i]]
+        else:
             order = takers + [i for i in order if not busy[i]]
         for i in order:
             if spare == 0:

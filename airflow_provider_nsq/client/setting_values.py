@@ -12,7 +12,7 @@ import datetime
 import math
 
 from ..protocol.errors import NSQValueError
-from ..protocol.value_checks import check_int, is_bool, is_int, is_number, is_seconds
+from ..protocol.value_checks import is_bool, is_int, is_number, is_seconds
 
 #: A delay as users give it: whole milliseconds (NSQ's unit) or a timedelta.
 Delay = datetime.timedelta | int
@@ -100,12 +100,6 @@ def duration_to_seconds(value: object, what: str) -> float:
         return parse_seconds(value)
     except NSQValueError as exc:
         raise NSQValueError(f"{what} {exc}") from None
-
-
-def int_in_range(value: object, what: str, minimum: int, maximum: int) -> int:
-    """``value`` as an int from ``minimum`` to ``maximum``, or an error naming ``what``:
-    :func:`~..protocol.value_checks.check_int` with both bounds (call that instead)."""
-    return check_int(value, what, minimum=minimum, maximum=maximum)
 
 
 def is_templated(value: object) -> bool:

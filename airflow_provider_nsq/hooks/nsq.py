@@ -423,19 +423,22 @@ class NSQHook(BaseHook):
         )
         return messages
 
-    # The verbs take what NSQConsumer's take (messages, then delay_ms), so a message is
-    # answered the same way whichever layer holds it; a timedelta is accepted too.
+    # Batch aliases of the messages' own finish(), requeue(delay_ms) and touch(), as
+    # NSQConsumer's are (messages, then delay_ms; a timedelta is accepted too): one write
+    # per nsqd, so many messages are answered as fast as one.
 
     def finish(self, *messages: NSQMessage) -> None:
-        """FIN messages (from ``ack="manual"`` windows), each on its own nsqd."""
+        """``message.finish()`` for each message (from ``ack="manual"`` windows), one
+        write per nsqd."""
         NSQConsumer.finish(*_messages_of("finish", messages))
 
     def requeue(
         self, *messages: NSQMessage, delay_ms: Delay = 0, delay: Delay | None = None
     ) -> None:
-        """REQ messages (from ``ack="manual"`` windows): redelivered after ``delay_ms``
-        (milliseconds or a timedelta) with attempts + 1. ``delay`` is the deprecated
-        name of ``delay_ms``."""
+        """``message.requeue(delay_ms)`` for each message (from ``ack="manual"``
+        windows; redelivered after ``delay_ms``, milliseconds or a timedelta, with
+        attempts + 1), one write per nsqd. ``delay`` is the deprecated name of
+        ``delay_ms``."""
         if delay is not None:
             warnings.warn(
                 "NSQHook.requeue(..., delay=...) is deprecated: use delay_ms= (milliseconds "
@@ -449,7 +452,8 @@ class NSQHook(BaseHook):
         )
 
     def touch(self, *messages: NSQMessage) -> None:
-        """TOUCH messages (from ``ack="manual"`` windows): restart their msg_timeout."""
+        """``message.touch()`` for each message (from ``ack="manual"`` windows: restarts
+        its msg_timeout), one write per nsqd."""
         NSQConsumer.touch(*_messages_of("touch", messages))
 
     # -- the connection form's Test button -----------------------------------------

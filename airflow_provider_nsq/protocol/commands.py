@@ -23,6 +23,7 @@ from .constants import (
 )
 from .errors import NSQValueError
 from .names import validate_channel_name, validate_topic_name
+from .value_checks import is_int
 
 _U32 = struct.Struct(">I")
 _pack_u32 = _U32.pack
@@ -62,7 +63,7 @@ def _check_body(body: object, max_msg_size: int, what: str = "message") -> bytes
 
 def check_delay_ms(delay_ms: object, max_delay_ms: int, what: str = "DPUB delay") -> int:
     """Validate a delay in milliseconds: an int in ``0..max_delay_ms``, never clamped."""
-    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int):
+    if not is_int(delay_ms):
         raise NSQValueError(f"{what} must be whole milliseconds (int), got {delay_ms!r}")
     if not 0 <= delay_ms <= max_delay_ms:
         raise NSQValueError(
@@ -113,7 +114,7 @@ def encode_sub(topic: str, channel: str) -> bytes:
 
 
 def encode_rdy(count: int, max_rdy_count: int = DEFAULT_MAX_RDY_COUNT) -> bytes:
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= max_rdy_count:
+    if not is_int(count) or not 0 <= count <= max_rdy_count:
         raise NSQValueError(
             f"RDY count {count!r} is out of range 0-{max_rdy_count} (nsqd --max-rdy-count)"
         )

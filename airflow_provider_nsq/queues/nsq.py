@@ -11,7 +11,7 @@ With it, an asset can be watched with the provider-neutral trigger::
     watcher = AssetWatcher(name="orders", trigger=trigger)
     orders = nsq_asset("orders", address="nsqd:4150", name="orders", watchers=[watcher])
 
-Keyword arguments are :class:`~airflow_provider_nsq.triggers.nsq.NSQEventTrigger`'s.
+Keyword arguments are :class:`~airflow_provider_nsq.triggers.nsq_event.NSQEventTrigger`'s.
 The deprecated ``queue=`` form takes ``nsq://host:port/topic?channel=name`` (the
 connection, ``nsq_conn_id``, still decides which nsqd is used). Needs
 ``apache-airflow-providers-common-messaging``: ``pip install 'airflow-provider-nsq[messaging]'``.
@@ -65,7 +65,7 @@ def parse_queue_uri(queue: str) -> dict[str, str]:
 
 class NSQMessageQueueProvider(BaseMessageQueueProvider):
     """Lets ``MessageQueueTrigger(scheme="nsq", ...)`` build an
-    :class:`~airflow_provider_nsq.triggers.nsq.NSQEventTrigger`.
+    :class:`~airflow_provider_nsq.triggers.nsq_event.NSQEventTrigger`.
 
     Scheme form (recommended): ``MessageQueueTrigger(scheme="nsq", topic=..., channel=...,
     nsq_conn_id=..., message_filter=..., batch_size=..., batch_timeout=...,

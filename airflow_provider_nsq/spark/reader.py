@@ -6,9 +6,9 @@ Where each piece runs and where the rows live:
 
 - Spark starts one Python process on the driver for the query's source (pyspark's
   ``python_streaming_source_runner``); :class:`NSQStreamReader` runs there for the whole
-  query. It reads through the project's consumer core
+  query. It reads through the project's consumer
   (:class:`~..client.consumer.NSQConsumer`: every nsqd listed, or found through
-  nsqlookupd and re-polled), and a :class:`~.message_holder.MessageHolder` keeps every
+  nsqlookupd and re-polled), and a :class:`~..client.in_flight.InFlightHolder` keeps every
   delivered message in flight on the connection that received it.
 - ``latestOffset`` cuts the next batch from the delivered messages (bounded by
   ``max_messages_per_batch`` and ``max_bytes_per_batch``), turns it into Arrow and keeps
@@ -54,9 +54,9 @@ from pyspark.sql.types import (
 )
 
 from ..client.consumer import NSQConsumer
+from ..client.in_flight import InFlightHolder
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQValueError
-from .message_holder import MessageHolder
 from .progress import report_batch
 from .reader_options import NSQReadOptions
 from .versions import stream_reader_too_old
@@ -178,7 +178,7 @@ class _Run:
         self.options = options
         self.token = uuid.uuid4().hex[:12]  # tells this run's offsets from a restart's
         consumer = NSQConsumer(options.topic, options.channel, **options.consumer_options())
-        self.holder = MessageHolder(
+        self.holder = InFlightHolder(
             consumer,
             max_in_flight=options.max_in_flight,
             # Room for the batch Spark runs and the next one, as for the count.
@@ -187,7 +187,7 @@ class _Run:
         self.holder.start()
         messages_to_arrow([], options.topic, options.channel)  # pyarrow's first call is slow
         self.batches: dict[int, _Batch] = {}
-        self.window_start = time.monotonic()
+        self.last_cut = time.monotonic()  # when the last batch was cut
         self.finished = 0  # messages FIN'd since the query started
 
     def owns(self, offset: dict[str, Any]) -> bool:
@@ -303,9 +303,9 @@ class NSQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         else:
             # Stream: a batch is what arrived within batch_timeout of the previous cut.
-            until = run.window_start + opts.batch_timeout
+            until = run.last_cut + opts.batch_timeout
             messages = run.holder.take(max_messages, max_bytes, until=until)
-        run.window_start = time.monotonic()
+        run.last_cut = time.monotonic()
         if not messages:
             return start
         number = int(start.get("batch", 0)) + 1

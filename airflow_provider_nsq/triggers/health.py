@@ -12,11 +12,10 @@ subscription, every :data:`HEALTH_INTERVAL_S` seconds, as metrics to alert on
 ``sensor`` (a deferred sensor's trigger, which reads the depth over HTTP between TCP
 peeks: ``last_contact`` is since nsqd last answered one of its checks).
 
-"Heard from" is derived from the consumer's public surface (:func:`last_contacts`): an
-nsqd counts as heard from while the trigger's connection to it is up, and when a message
-arrives from it. A connection that is up but silent (an nsqd that froze, without closing
-it) is not told apart until the connection drops; ``held`` and the event trigger's
-``nsq.event.received`` then stop moving.
+"Heard from" is the consumer's own account (``contact(now)``, :func:`last_contacts`):
+when each nsqd last sent anything on a connection, heartbeats included. So an nsqd that
+froze without closing the connection shows: its ``last_contact`` grows past its
+heartbeat interval (30 s by default) while ``connections`` still counts it.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from ..client import AsyncNSQConsumer, NSQMessage
+from ..client import AsyncNSQConsumer
 from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..metrics import Emitter
 
@@ -40,20 +39,17 @@ ANY_NSQD = "any"
 def last_contacts(
     consumer: AsyncNSQConsumer, heard: Mapping[str, float], now: float, since: float
 ) -> dict[str, float]:
-    """When (monotonic seconds) the trigger last heard from each nsqd it reads: ``now``
-    for every nsqd it has a live connection to, else what ``heard`` remembers (messages
-    that came from it, its connection while it was up). With nsqlookupd, the nsqds it
-    lists now: one it lists that was never heard from counts from ``since`` (the
-    trigger's start), one it stopped listing is no longer watched.
-
-    The one place to switch to the consumer's own per-nsqd contact time when it has one.
-    """
-    live = {key.partition("#")[0] for key in consumer.connections}  # "host:port#2": extra
-    contacts = {**heard, **dict.fromkeys(live, now)}
-    if consumer.lookupd is None:
-        return contacts
-    listed = {producer.tcp_address for producer in consumer.producers} | live
-    return {nsqd: contacts.get(nsqd, since) for nsqd in listed}
+    """When (monotonic seconds) the trigger last heard from each nsqd it reads, as the
+    consumer says (``contact(now)``: every nsqd it should read from, its static list or
+    what nsqlookupd lists now, and every one it is connected to). One the consumer never
+    heard from keeps what ``heard`` remembers (an earlier consumer of the trigger's), else
+    counts from ``since`` (the trigger's start); one it stopped listing is no longer
+    watched."""
+    out: dict[str, float] = {}
+    for nsqd, contact in consumer.contact(now).items():
+        silent_for = contact.silent_for
+        out[nsqd] = heard.get(nsqd, since) if silent_for is None else now - silent_for
+    return out
 
 
 class TriggerHealth:
@@ -82,13 +78,6 @@ class TriggerHealth:
         """``nsqd`` (``host:port``; by default: one of them) answered the trigger."""
         self._heard[nsqd] = time.monotonic()
 
-    def heard_messages(self, messages: Iterable[NSQMessage]) -> None:
-        """Messages arrived, each from the nsqd that delivered it."""
-        now = time.monotonic()
-        for message in messages:
-            if message.nsqd:
-                self._heard[message.nsqd] = now
-
     def seconds_to_report(self) -> float:
         """Seconds until the next report is due (0: now)."""
         return max(self._next_report - time.monotonic(), 0.0)
@@ -105,8 +94,12 @@ class TriggerHealth:
         self._next_report = now + HEALTH_INTERVAL_S
         if consumer is not None and per_nsqd:
             self._heard = last_contacts(consumer, self._heard, now, self._since)
-        elif consumer is not None and consumer.connections:
-            self._heard[ANY_NSQD] = now
+        elif consumer is not None:
+            silent = [
+                c.silent_for for c in consumer.contact(now).values() if c.silent_for is not None
+            ]
+            if silent:
+                self._heard[ANY_NSQD] = now - min(silent)
         name = f"nsq.{self.kind}.health"
         send = self.emitter
         send.incr(f"{name}.reports", 1, **self.tags)

@@ -51,7 +51,6 @@ from ..protocol.errors import NSQError
 from ..protocol.value_checks import is_number
 from .failover import trigger_consumer_options
 from .health import TriggerHealth
-from .nsq_event import NSQEventTrigger as NSQEventTrigger  # event-driven DAGs; own module
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
 MIN_INTERVAL_S = 0.1

@@ -32,7 +32,7 @@ itself and settles each batch right after its events are handed to the triggerer
 they are stored: a triggerer crash in between loses that batch. Weaker; it says so in a
 warning when it starts, and docs/compatibility.md says so.
 
-Both read through the consumer core,
+Both read through the consumer,
 :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer`: every nsqd of the
 connection (found through nsqlookupd when it names any, re-asked every
 ``lookupd_poll_interval``), one ``max_in_flight`` budget split across them, dropped
@@ -53,21 +53,17 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..client import AsyncNSQConnection, AsyncNSQConsumer, ClientConfig, NSQMessage
-from ..client.backoff import Backoff
-from ..client.consumer import (
-    DEFAULT_LOOKUPD_POLL_INTERVAL_S,
-    RECONNECT_MAX_S,
-    RECONNECT_START_S,
-    UNREACHABLE,
-)
+from ..client.backoff import reconnect_backoff
+from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
 from ..client.records import MessageFilter, import_callable, message_record
-from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, int_in_range
+from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.commands import check_delay_ms
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQError, NSQTLSError, NSQValueError
 from ..protocol.names import validate_channel_name, validate_topic_name
+from ..protocol.value_checks import check_int
 from .event_batches import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TIMEOUT_S,
@@ -115,13 +111,13 @@ async def _start_consumer(
     connection: found through its nsqlookupds when it names any, else its nsqd list
     (``host:port``, then ``nsqd_tcp_addresses``).
 
-    While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the core's
+    While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the consumer's
     backoff: a triggerer that starts before nsqd must not fail its assets. What retrying
     cannot fix (nsqd refused the subscription or AUTH, a bad setting) is raised. Once
-    started, the core itself reconnects dropped nsqds and re-asks nsqlookupd every
+    started, the consumer itself reconnects dropped nsqds and re-asks nsqlookupd every
     ``lookupd_poll_interval`` seconds.
     """
-    backoff = Backoff(RECONNECT_START_S, RECONNECT_MAX_S)
+    backoff = reconnect_backoff()
     while True:
         consumer = AsyncNSQConsumer(
             topic, channel, lookupd_poll_interval=lookupd_poll_interval, **options
@@ -152,7 +148,7 @@ def _report_start(consumer: AsyncNSQConsumer, max_in_flight: int, lookupds: list
     connections = consumer.connections
     capacity = sum(c.max_rdy_count for c in connections.values())
     if connections and max_in_flight > capacity:
-        # The core never sends an nsqd a RDY above its limit (nsqd would drop the
+        # The consumer never sends an nsqd a RDY above its limit (nsqd would drop the
         # connection): fewer messages are in flight than asked for.
         log.warning(
             "max_in_flight=%s exceeds nsqd's max RDY count (%s over %s nsqd(s), "
@@ -239,7 +235,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
     an :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`); answers
     nsqd only in :meth:`settle` (through :meth:`advance` in ack mode), after Airflow
     stored every event derived from the batch, on the nsqd that delivered each message.
-    Meanwhile the consumer core TOUCHes the messages it holds (collecting or waiting for
+    Meanwhile the consumer TOUCHes the messages it holds (collecting or waiting for
     the store; ``touch_held()``), so nsqd does not redeliver them early.
 
     Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
@@ -312,12 +308,9 @@ class NSQEventStreamProducer(SharedStreamProducer):
             yield batch, batch
 
     async def _read(self, timeout: float) -> list[NSQMessage]:
-        """The consumer's deliveries within ``timeout`` seconds (each is news from its nsqd)."""
+        """The consumer's deliveries within ``timeout`` seconds."""
         assert self.consumer is not None
-        messages = await self.consumer.read(timeout)
-        if self.health is not None:
-            self.health.heard_messages(messages)
-        return messages
+        return await self.consumer.read(timeout)
 
     def get_advance_lane(self, broker_payload: MessageBatch) -> Hashable:
         # FIN is per message (no cumulative offset): one lane per batch, so a batch still
@@ -374,7 +367,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
 
     async def _keep_held_alive(self) -> None:
         """TOUCH what the stream holds (collecting, or waiting for the store) as the
-        consumer core decides (``touch_held()``: a third of msg_timeout after delivery
+        consumer decides (``touch_held()``: a third of msg_timeout after delivery
         or the last TOUCH), and report the stream's health
         (:mod:`~airflow_provider_nsq.triggers.health`), until cancelled."""
         while self.consumer is not None:
@@ -491,7 +484,9 @@ class NSQEventTrigger(BaseEventTrigger):
         batch_size = check_batch_size(batch_size)
         if max_in_flight is None:
             max_in_flight = max(DEFAULT_MAX_IN_FLIGHT, batch_size)
-        max_in_flight = int_in_range(max_in_flight, "max_in_flight", 1, DEFAULT_MAX_RDY_COUNT)
+        max_in_flight = check_int(
+            max_in_flight, "max_in_flight", minimum=1, maximum=DEFAULT_MAX_RDY_COUNT
+        )
         if max_in_flight < batch_size:
             raise NSQValueError(
                 f"max_in_flight ({max_in_flight}) must be at least batch_size ({batch_size}): "

@@ -1,4 +1,4 @@
-"""This project's consumer core over a topology: ``NSQConsumer`` draining one topic
+"""This project's consumer over a topology: ``NSQConsumer`` draining one topic
 spread over several nsqds, found through nsqlookupd, under one in-flight budget.
 
 Only ``consume``: publishing to a topology is publishing to one nsqd (the other rows).

@@ -17,8 +17,7 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQTLSError, NSQValueError
-from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
-from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
+from airflow_provider_nsq.triggers.nsq_event import ACK_MODE, NSQEventTrigger
 
 from .conftest import needs_airflow, read
 

@@ -1,5 +1,5 @@
 """NSQEventTrigger on NSQ as deployed: a topic on several nsqds, found through
-nsqlookupd (or listed in the connection), read by one consumer core under one
+nsqlookupd (or listed in the connection), read by one consumer under one
 ``max_in_flight`` budget.
 
 Runs over the ``nsq_topology`` fixture (embedded by default, real daemons with
@@ -13,7 +13,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
+from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
 
 from .test_event_trigger import CHANNEL, Triggerer, ack_mode
 

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.queues.nsq import NSQMessageQueueProvider, parse_queue_uri
-from airflow_provider_nsq.triggers.nsq import NSQEventTrigger
+from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
 
 from .conftest import airflow_cli_json
 

@@ -134,6 +134,16 @@ def test_the_event_trigger_reports_its_health(nsqd_factory, monkeypatch, mocker,
             assert contact < 1 and contact_tags == {**tags, "nsqd": nsqd_tag}
             stats.incr.assert_called_once_with("nsq.event.health.reports", 1, tags=tags)
 
+            # Connected but silent, heartbeats included (an nsqd that froze without
+            # closing): the consumer's own contact time says so while the link is up.
+            conn = next(iter(producer.consumer.connections.values()))
+            conn.last_received -= 45.0
+            stats.reset_mock()
+            producer.health.report(producer.consumer)
+            assert _gauges(stats, "nsq.event.health.connections") == [(1, tags)]
+            ((contact, _),) = _gauges(stats, "nsq.event.health.last_contact")
+            assert contact >= 45.0
+
             await asyncio.to_thread(server.broker.stop)  # nsqd goes away
             deadline = time.monotonic() + 10
             while producer.consumer.connections:

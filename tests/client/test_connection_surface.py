@@ -1,4 +1,4 @@
-"""What an owner of many connections (the consumer core) reads of one, over both drivers
+"""What an owner of many connections (the consumer) reads of one, over both drivers
 against a real server: messages taken, the in-flight count, the wake-up callback, the
 failure, abort; and the blocking driver's selector surface."""
 
@@ -58,3 +58,15 @@ def test_a_selector_sees_the_blocking_connection_and_it_reads_without_waiting(
         assert (message.body, conn.in_flight) == (b"one", 1)
         message.finish()
     assert conn.fileno() == -1  # closed
+
+
+@pytest.mark.parametrize("kind", DRIVERS)
+def test_last_received_follows_every_read_the_ok_fast_path_included(kind, nsqd, nsq_topic) -> None:
+    # A consumer's contact() reads it: what nsqd sent last, whichever path read it.
+    with make_driver(kind, ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+        driver = conn if kind == "blocking" else conn.conn
+        after_handshake = driver.last_received
+        assert 0 < after_handshake <= time.monotonic()
+        before = time.monotonic()
+        conn.publish(nsq_topic, b"x")  # a lone OK: the read that skips the dispatch
+        assert driver.last_received >= before > after_handshake

@@ -1,4 +1,4 @@
-"""The consumer core over several nsqds: one window, a long-lived stream, close.
+"""The consumer over several nsqds: one window, a long-lived stream, close.
 
 Every scenario runs over both drivers (``NSQConsumer``, ``AsyncNSQConsumer`` behind a
 small sync facade) against the ``nsq_topology`` fixture, so it also passes against real
@@ -9,6 +9,7 @@ registered with it). Only stopping an nsqd needs the embedded topology.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import threading
@@ -24,10 +25,11 @@ from airflow_provider_nsq.protocol.errors import (
     NSQConnectionError,
     NSQServerError,
     NSQStateError,
+    NSQTimeoutError,
     NSQTLSError,
     NSQValueError,
 )
-from tests.client.net import TCPProxy, closed_port
+from tests.client.net import TCPProxy, closed_port, silent_server
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
 
 MODES = ["blocking", "asyncio"]
@@ -193,6 +195,24 @@ def test_no_nsqd_reachable_is_an_error_naming_them(mode, nsq_topic) -> None:
     assert all(a in str(info.value) for a in dead)
 
 
+def test_nsqds_that_never_answer_cost_one_connect_timeout_not_one_each(mode, nsq_topic) -> None:
+    # Both runners open every nsqd at once (the blocking one over a selector): four
+    # hung nsqds (they accept, then never answer the handshake) take one timeout.
+    with contextlib.ExitStack() as stack:
+        hung = [stack.enter_context(silent_server()) for _ in range(4)]
+        config = ClientConfig(connect_timeout=1.0)
+        consumer = make(mode, nsq_topic, config=config, nsqd_tcp_addresses=hung)
+        started = time.monotonic()
+        try:
+            with pytest.raises(NSQTimeoutError, match="the handshake within 1s") as info:
+                consumer.start(4)
+        finally:
+            consumer.close()
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.0  # one after the other would be 4 s
+    assert all(a in str(info.value) for a in hung)
+
+
 def test_tls_refused_by_every_nsqd_is_a_tls_error_not_an_outage(
     mode, nsqd_factory, nsq_topic
 ) -> None:
@@ -206,6 +226,31 @@ def test_tls_refused_by_every_nsqd_is_a_tls_error_not_an_outage(
     finally:
         consumer.close()
     assert all(a in str(info.value) for a in plain)
+
+
+def test_a_window_reads_every_nsqd_over_tls_with_compression(
+    mode, nsqd_factory, tls_files, nsq_topic
+) -> None:
+    # Every handshake's TLS upgrade and compression happen while the runner opens all
+    # the nsqds at once (the blocking one pumps them over one selector).
+    servers = [
+        nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key) for _ in range(3)
+    ]
+    bodies = []
+    for i, server in enumerate(servers):
+        server.create_channel(nsq_topic, "c")
+        for j in range(3):
+            bodies.append(f"{i}-{j}".encode())
+            server.http_publish(nsq_topic, bodies[-1])
+    config = ClientConfig(tls=True, tls_ca_file=tls_files.ca_file, compression="deflate")
+    addresses = [s.tcp_address for s in servers]
+    consumer = make(mode, nsq_topic, config=config, nsqd_tcp_addresses=addresses)
+    try:
+        got = consumer.consume(max_messages=9, timeout=5)
+        assert all(c.tls and c.compression == "deflate" for c in consumer.connections.values())
+    finally:
+        consumer.close()
+    assert sorted(m.body for m in got) == sorted(bodies)
 
 
 def test_a_topic_no_nsqd_has_yet_is_an_empty_window(mode, nsq_topology, nsq_topic) -> None:
@@ -505,7 +550,7 @@ def test_touch_held_keeps_what_is_held_in_flight_past_msg_timeout(
         consumer.start(4)
         held = read_until(consumer, 4)
         assert len(held) == 4
-        # Held, unanswered, for 3 msg_timeouts: only the core's TOUCH policy keeps them.
+        # Held, unanswered, for 3 msg_timeouts: only the consumer's TOUCH policy keeps them.
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             count, next_in = consumer.touch_held()
@@ -571,3 +616,29 @@ def test_a_stream_survives_an_nsqd_going_away(mode, nsq_topology, nsq_topic) -> 
         assert [m.body for m in read_until(consumer, 1)] == [b"after"]
     finally:
         consumer.close()
+
+
+@pytest.mark.slow
+def test_fifty_nsqds_on_a_smaller_budget_deliver_everything_once_and_none_starves(
+    mode, nsq_topology, nsq_topic
+) -> None:
+    # The scale check: a budget below the nsqd count, so most connections wait for
+    # their turn; every message arrives exactly once and every nsqd is read.
+    topology = nsq_topology(n=50)
+    bodies = publish_spread(topology, nsq_topic, [4] * 50)
+    consumer = make(mode, nsq_topic, nsqd_tcp_addresses=topology.nsqd_tcp_addresses)
+    got: list = []
+    try:
+        consumer.start(20)
+        assert len(consumer.connections) == 50
+        deadline = time.monotonic() + 60
+        while len(got) < len(bodies) and time.monotonic() < deadline:
+            batch = consumer.read(0.2)
+            consumer.finish(*batch)
+            got += batch
+        assert consumer.read(0.5) == []  # nothing more: no message twice
+    finally:
+        consumer.close()
+    assert sorted(m.body for m in got) == sorted(bodies)
+    assert Counter(m.nsqd for m in got) == dict.fromkeys(topology.nsqd_tcp_addresses, 4)
+    wait_settled(topology, nsq_topic)

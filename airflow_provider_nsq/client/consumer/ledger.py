@@ -1,7 +1,7 @@
 """Who holds what: every message a consumer delivered and may not have answered yet, and
 the one TOUCH policy that keeps held messages in flight.
 
-The consumer core lists each delivery here: ``close()`` REQs what is still unanswered,
+The consumer lists each delivery here: ``close()`` REQs what is still unanswered,
 and ``touch_held()`` TOUCHes what has been in flight for a third of msg_timeout since it
 was delivered or last TOUCHed. Answered messages are dropped from the list in bulk, not
 one by one, so listing costs a delivery one append.

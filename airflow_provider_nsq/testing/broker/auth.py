@@ -27,6 +27,7 @@ from typing import Any
 
 from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, http_request
 from airflow_provider_nsq.protocol.errors import NSQError
+from airflow_provider_nsq.protocol.value_checks import is_int
 
 from .options import Authorizer
 
@@ -104,7 +105,7 @@ def parse_auth_response(doc: Mapping[str, Any]) -> AuthState:
                 raise AuthFailed(f"unable to compile channel {c!r} {exc}") from None
         authorizations.append(Authorization(topic_re, channels, permissions))
     ttl = doc.get("ttl", 0)
-    if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0:
+    if not is_int(ttl) or ttl <= 0:
         raise AuthFailed(f"invalid TTL {ttl} (must be >0)")
     return AuthState(
         identity=_str(doc.get("identity"), "identity"),

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_nsq.protocol.value_checks import is_bool, is_int
+
 from .errors import ClientError
 from .options import BrokerOptions
 
@@ -81,14 +83,10 @@ def decode_identify(body: bytes) -> IdentifyData:
         if kind == "s":
             ok = isinstance(value, str)
         elif kind == "b":
-            ok = isinstance(value, bool)
+            ok = is_bool(value)
         else:
             bits = 31 if kind == "i32" else 63
-            ok = (
-                isinstance(value, int)
-                and not isinstance(value, bool)
-                and -(1 << bits) <= value < (1 << bits)
-            )
+            ok = is_int(value) and -(1 << bits) <= value < (1 << bits)
         if not ok:
             raise _bad_json()
         setattr(data, name, value)

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_nsq.protocol.value_checks import is_int
+
 _ESCAPES = (
     ("<", "\\u003c"),
     (">", "\\u003e"),
@@ -84,11 +86,7 @@ def decode_go_struct(body: bytes, fields: Mapping[str, type]) -> dict[str, Any]:
                 raise GoJSONError(f"{key}: expected a string, got {value!r}")
             out[name] = _go_string(value)
         elif kind is int:
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or not _INT64[0] <= value <= _INT64[1]
-            ):
+            if not is_int(value) or not _INT64[0] <= value <= _INT64[1]:
                 raise GoJSONError(f"{key}: expected an integer, got {value!r}")
             out[name] = value
         else:  # pragma: no cover - a programming error in the caller's field table

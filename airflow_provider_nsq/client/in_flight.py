@@ -1,23 +1,23 @@
-"""Hold delivered NSQ messages, unanswered, until Spark has committed the batch holding them.
+"""Hold delivered NSQ messages in flight, unanswered, until their holder is done with them.
 
-NSQ cannot replay: a message exists for the reader only while it is in flight on the
-connection that received it, and only that connection can FIN it. So the process that
-owns the connections (the Python process Spark starts on the driver for a stream source)
-keeps every delivered message in flight until the reader says "FIN these" (Spark committed
-their batch) or closes (REQ the rest, so nsqd redelivers them at once).
+NSQ cannot replay: a message exists for a reader only while it is in flight on the
+connection that received it, and only that connection can FIN it. A reader that hands
+messages on in batches and may FIN a batch only once it is stored elsewhere (the Spark
+stream reader: once Spark committed the batch) keeps every delivered message in flight
+until it says "FIN these", or closes (REQ the rest, so nsqd redelivers them at once).
 
-While Spark runs a batch that process is idle, waiting for Spark's next call, so a pump
-thread owns the consumer (the project's consumer core, :class:`~..client.consumer.NSQConsumer`:
-every nsqd, found through nsqlookupd or listed, reconnects, one RDY budget): it reads
-(answering heartbeats, prefetching the next batch within the RDY window, joining nsqds
-that appear), keeps what is held in flight with the core's TOUCH policy
+Such a reader is often idle between its calls (the Spark reader, while Spark runs a
+batch), so a pump thread owns the consumer (:class:`~.consumer.NSQConsumer`: every nsqd,
+found through nsqlookupd or listed, reconnects, one RDY budget): it reads (answering
+heartbeats, prefetching the next batch within the in-flight budget, joining nsqds that
+appear), keeps what is held in flight with the consumer's TOUCH policy
 (``touch_held()``), and runs the FIN the reader asks for. Only that thread touches the
 connections; when it stops, the consumer's ``close()`` REQs every message not FIN'd.
 
-Memory: everything in flight (held in batches, or prefetched) is bounded by the RDY window
-in messages, and the window is sized from the bodies seen so far so that it also holds
-about ``max_bytes_in_flight`` bytes: nsqd cannot send more than the window, so a byte
-bound needs a window that follows the message size.
+Memory: everything in flight (held in batches, or prefetched) is bounded by the in-flight
+budget in messages, and the budget is sized from the bodies seen so far so that it also
+holds about ``max_bytes_in_flight`` bytes: nsqd cannot send more than the budget allows,
+so a byte bound needs a budget that follows the message size.
 """
 
 from __future__ import annotations
@@ -33,21 +33,21 @@ from itertools import accumulate
 from operator import attrgetter
 from typing import Any, Protocol
 
-from ..client.consumer import Touched
-from ..client.message import NSQMessage
 from ..protocol.errors import NSQError, NSQTimeoutError
+from .consumer import Touched
+from .message import NSQMessage
 
 log = logging.getLogger(__name__)
 
 # How long the pump waits for data before it looks at queued work and TOUCH deadlines.
 POLL_INTERVAL_S = 0.02
-# Body size assumed before any message arrived (sizes the first RDY window).
+# Body size assumed before any message arrived (sizes the first in-flight budget).
 INITIAL_SIZE_GUESS = 64 * 1024
 
 
 class Consumer(Protocol):
-    """What the holder uses of a consumer: the blocking consumer core's API
-    (:class:`~..client.consumer.NSQConsumer`)."""
+    """What the holder uses of a consumer: the blocking consumer's API
+    (:class:`~.consumer.NSQConsumer`)."""
 
     def start(self, max_in_flight: int) -> Any: ...
 
@@ -77,13 +77,13 @@ class _Chunk:
         self.size = size
 
 
-class MessageHolder:
+class InFlightHolder:
     """Owns a consumer and its pump thread; see the module docstring.
 
     :param consumer: not started yet; only the pump thread uses it after :meth:`start`.
     :param max_in_flight: the RDY budget: messages held plus prefetched, at most.
     :param max_bytes_in_flight: about how many bytes of bodies may be held plus prefetched:
-        the RDY window shrinks below ``max_in_flight`` when messages are large.
+        the in-flight budget shrinks below ``max_in_flight`` when messages are large.
     """
 
     def __init__(self, consumer: Consumer, *, max_in_flight: int, max_bytes_in_flight: int) -> None:
@@ -92,7 +92,7 @@ class MessageHolder:
         self._max_bytes_in_flight = max_bytes_in_flight
         self._seen_messages = 0
         self._seen_bytes = 0
-        self._window = 0  # the RDY window last sent
+        self._budget = 0  # the in-flight budget last set
         self._cond = threading.Condition()
         self._pending: deque[_Chunk] = deque()  # delivered, not yet in a batch
         self._pending_bytes = 0
@@ -107,9 +107,9 @@ class MessageHolder:
 
     def start(self) -> None:
         """Connect and subscribe (errors raise here), then start the pump thread."""
-        self._window = self._window_for_size()
+        self._budget = self._budget_for_size()
         try:
-            self._consumer.start(self._window)
+            self._consumer.start(self._budget)
         except BaseException:
             self._consumer.close()
             raise
@@ -262,9 +262,9 @@ class MessageHolder:
     def _raise_failure(self) -> None:
         failure = self._failure
         if failure is not None:
-            raise NSQError(f"nsq stream reader: the connection failed: {failure}") from failure
+            raise NSQError(f"nsq: the in-flight holder's connection failed: {failure}") from failure
         if self._closing:
-            raise NSQError("nsq stream reader: stopped")
+            raise NSQError("nsq: the in-flight holder is stopped")
 
     # -- pump (its own thread) ----------------------------------------------------------
 
@@ -279,10 +279,10 @@ class MessageHolder:
                     work, self._work = self._work, []
                 for task in work:
                     task()
-                window = self._window_for_size()
-                if abs(window - self._window) * 4 > self._window:  # > 25 %: worth an RDY
-                    consumer.set_max_in_flight(window)
-                    self._window = window
+                budget = self._budget_for_size()
+                if abs(budget - self._budget) * 4 > self._budget:  # > 25 %: worth an RDY
+                    consumer.set_max_in_flight(budget)
+                    self._budget = budget
                 now = time.monotonic()
                 if now >= next_touch:
                     touched, next_in = consumer.touch_held()
@@ -298,15 +298,15 @@ class MessageHolder:
                         self._pending_bytes += size
                         self._cond.notify_all()
         except BaseException as exc:
-            log.error("nsq: the stream reader's connection failed: %s", exc)
+            log.error("nsq: the in-flight holder's connection failed: %s", exc)
             with self._cond:
                 self._failure = exc
                 self._cond.notify_all()
         finally:
             self._shut_down()
 
-    def _window_for_size(self) -> int:
-        """The RDY window (messages in flight) that holds about max_bytes_in_flight."""
+    def _budget_for_size(self) -> int:
+        """The in-flight budget (messages) that holds about max_bytes_in_flight."""
         if self._seen_messages:
             average = max(self._seen_bytes / self._seen_messages, 1.0)
         else:

@@ -1,5 +1,6 @@
-"""The stream reader's driver side without Spark: holding messages until FIN, over real
-sockets (the embedded broker, or a real nsqd with NSQD_ADDRESS)."""
+"""``InFlightHolder`` (what the Spark stream reader holds its batches with), without
+Spark: holding messages until FIN, over real sockets (the embedded broker, or a real
+nsqd with NSQD_ADDRESS)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.client.consumer import NSQConsumer
-from airflow_provider_nsq.spark.message_holder import MessageHolder
+from airflow_provider_nsq.client.in_flight import InFlightHolder
 
 CHANNEL = "holder"
 
@@ -37,11 +38,11 @@ def drain(nsqd: Any, topic: str, expected: int) -> list[Any]:
 
 @pytest.fixture
 def holder_for(nsqd: Any) -> Iterator[Any]:
-    made: list[MessageHolder] = []
+    made: list[InFlightHolder] = []
 
     def make(
         topic: str, *, max_in_flight: int = 100, max_bytes_in_flight: int = 1 << 20, **config: Any
-    ) -> MessageHolder:
+    ) -> InFlightHolder:
         server = config.pop("server", nsqd)
         consumer = NSQConsumer(
             topic,
@@ -49,7 +50,7 @@ def holder_for(nsqd: Any) -> Iterator[Any]:
             config=ClientConfig(host=server.host, port=server.tcp_port, **config),
             max_connections_per_nsqd=32,  # the reader's default
         )
-        holder = MessageHolder(
+        holder = InFlightHolder(
             consumer, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight
         )
         holder.start()
@@ -140,7 +141,9 @@ def test_in_flight_beyond_max_rdy_count_opens_more_connections(
     holder.finish(batch)
 
 
-def test_the_rdy_window_follows_the_byte_bound(nsqd: Any, nsq_topic: str, holder_for: Any) -> None:
+def test_the_in_flight_budget_follows_the_byte_bound(
+    nsqd: Any, nsq_topic: str, holder_for: Any
+) -> None:
     publish(nsqd, nsq_topic, [b"z" * 1000 for _ in range(100)])
     # 100 may be in flight by count, but only about 5 KB by size: 5 messages.
     holder = holder_for(nsq_topic, max_in_flight=100, max_bytes_in_flight=5000)
@@ -170,7 +173,7 @@ def test_nsqds_that_appear_later_are_read_too(nsq_topology: Any, nsq_topic: str)
         lookupd_http_addresses=topology.lookupd_http_addresses,
         lookupd_poll_interval=0.3,
     )
-    holder = MessageHolder(consumer, max_in_flight=100, max_bytes_in_flight=1 << 20)
+    holder = InFlightHolder(consumer, max_in_flight=100, max_bytes_in_flight=1 << 20)
     holder.start()
     try:
         early = holder.take(1, 10**9, until=soon())

@@ -1,0 +1,102 @@
+"""A consumer's life as a state table (as h11's ``_state.py`` keeps HTTP's): every call
+that changes or needs the state is one lookup here, and an illegal one is one clear
+error naming the call and the state.
+
+::
+
+                 consume                    window ended
+    NEW ──────────────────────► WINDOWING ──────────────► IDLE
+     │                              ▲                      │
+     │ start                        └────── consume ───────┘
+     ▼            started
+    STARTING ───────────────► STREAMING ⟲ read, pump, set_max_in_flight
+
+    any state ── close ──► CLOSING ── closed ──► CLOSED   (close again: nothing to do)
+
+``touch_held`` is possible in every state (it TOUCHes what is held, if anything). A
+consumer runs windows or one stream, never both; a window that fails still ends
+(IDLE), a start that fails does not (close that consumer).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ...protocol.errors import NSQStateError
+
+
+class ConsumerState(enum.Enum):
+    """Where a consumer is in its life."""
+
+    NEW = "new"
+    WINDOWING = "windowing"  # a consume window is running
+    IDLE = "idle"  # between windows
+    STARTING = "starting"  # start() is connecting
+    STREAMING = "streaming"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+NEW, WINDOWING, IDLE = ConsumerState.NEW, ConsumerState.WINDOWING, ConsumerState.IDLE
+STARTING, STREAMING = ConsumerState.STARTING, ConsumerState.STREAMING
+CLOSING, CLOSED = ConsumerState.CLOSING, ConsumerState.CLOSED
+
+#: (state, call) -> the state after it. A pair that is not here is an illegal call.
+TRANSITIONS: dict[tuple[ConsumerState, str], ConsumerState] = {
+    (NEW, "consume"): WINDOWING,
+    (IDLE, "consume"): WINDOWING,
+    (WINDOWING, "window ended"): IDLE,
+    (NEW, "start"): STARTING,
+    (STARTING, "started"): STREAMING,
+    (STREAMING, "read"): STREAMING,
+    (STREAMING, "pump"): STREAMING,
+    (STREAMING, "set_max_in_flight"): STREAMING,
+    **{(state, "touch_held"): state for state in ConsumerState},
+    **{(state, "close"): CLOSING for state in (NEW, WINDOWING, IDLE, STARTING, STREAMING)},
+    (CLOSING, "close"): CLOSING,
+    (CLOSED, "close"): CLOSED,
+    (CLOSING, "closed"): CLOSED,
+}
+
+_WINDOWS_OR_STREAM = "a consumer runs windows or one stream"
+#: Why a call is illegal in a state, for the error.
+_WHY: dict[tuple[ConsumerState, str], str] = {
+    (WINDOWING, "consume"): "a window is running: one at a time",
+    (STARTING, "consume"): f"{_WINDOWS_OR_STREAM}: this one streams",
+    (STREAMING, "consume"): f"{_WINDOWS_OR_STREAM}: this one streams",
+    (WINDOWING, "start"): f"{_WINDOWS_OR_STREAM}: use a new consumer for the stream",
+    (IDLE, "start"): f"{_WINDOWS_OR_STREAM}: use a new consumer for the stream",
+    (STARTING, "start"): "start() was called already",
+    (STREAMING, "start"): "start() was called already",
+}
+_WHY_IN: dict[ConsumerState, str] = {
+    NEW: "call start() before read(), pump() or set_max_in_flight()",
+    WINDOWING: "call start() before read(), pump() or set_max_in_flight()",
+    IDLE: "call start() before read(), pump() or set_max_in_flight()",
+    STARTING: "start() did not complete: close this consumer",
+    CLOSING: "the consumer is closed",
+    CLOSED: "the consumer is closed",
+}
+
+
+class Lifecycle:
+    """A consumer's :class:`ConsumerState`, changed only through :meth:`do`."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        self.state = NEW
+
+    def do(self, call: str) -> ConsumerState:
+        """Move the state on for ``call`` (a public method's name, or an internal
+        ``"window ended"``, ``"started"``, ``"closed"``): the state before it.
+        :class:`NSQStateError` naming both when the call is not possible now."""
+        before = self.state
+        try:
+            self.state = TRANSITIONS[before, call]
+        except KeyError:
+            why = _WHY.get((before, call)) or _WHY_IN.get(before, "not possible")
+            raise NSQStateError(
+                f"{call}() is not possible while the consumer is {before.value}: {why}"
+            ) from None
+        return before
