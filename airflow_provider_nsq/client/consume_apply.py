@@ -42,7 +42,7 @@ from .backoff import Backoff
 from .consumer import NSQConsumer
 from .dead_letters import DeadLetterPublisher, dead_letter_envelope
 from .function_thread import FunctionThread
-from .message import NSQMessage
+from .message import NSQMessage, answer_or_log
 from .records import message_record
 
 log = logging.getLogger(__name__)
@@ -424,19 +424,3 @@ class ConsumeApply:
             self.dead_letters.topic,
         )
         return None
-
-
-def answer_or_log(message: NSQMessage, what: str, respond: Callable[[], None]) -> None:
-    """FIN or REQ one message (``respond`` does it, ``what`` names it in the log); a
-    connection that is gone is logged, not raised: nsqd redelivers its messages after
-    msg_timeout, and nothing else may answer them."""
-    try:
-        respond()
-    except NSQError as exc:
-        log.warning(
-            "Could not %s message %s on %s (%s): nsqd redelivers it after its msg_timeout",
-            what,
-            message.id,
-            message.nsqd,
-            exc,
-        )

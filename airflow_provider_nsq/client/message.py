@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Literal, Protocol
 
+from ..protocol.errors import NSQError
 from ..protocol.frames import Message
 
 log = logging.getLogger(__name__)
@@ -106,3 +107,19 @@ def by_connection(messages: Sequence[NSQMessage]) -> list[tuple[Any, Sequence[NS
 def on_live_connections(messages: Sequence[NSQMessage]) -> list[NSQMessage]:
     """The messages whose connection is still alive (only those can be answered)."""
     return [m for m in messages if _alive(m.connection)]
+
+
+def answer_or_log(message: NSQMessage, what: str, respond: Callable[[], None]) -> None:
+    """FIN or REQ one message (``respond`` does it, ``what`` names it in the log); a
+    connection that is gone is logged, not raised: nsqd redelivers its messages after
+    msg_timeout, and nothing else may answer them."""
+    try:
+        respond()
+    except NSQError as exc:
+        log.warning(
+            "Could not %s message %s on %s (%s): nsqd redelivers it after its msg_timeout",
+            what,
+            message.id,
+            message.nsqd,
+            exc,
+        )

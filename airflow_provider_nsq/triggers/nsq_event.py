@@ -46,7 +46,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable, Sequence
 from functools import partial
 from typing import Any
 
@@ -55,6 +55,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from ..client import AsyncNSQConnection, AsyncNSQConsumer, ClientConfig, NSQMessage
 from ..client.backoff import reconnect_backoff
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
+from ..client.message import answer_or_log
 from ..client.records import MessageFilter, import_callable, message_record
 from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
@@ -208,21 +209,6 @@ class _DeadLetters:
             await conn.close()
 
 
-def _answer(what: str, message: NSQMessage, respond: Callable[[], None]) -> None:
-    """FIN or REQ one message (``respond`` does it); a connection that is gone is
-    logged, not raised: nsqd redelivers its messages after msg_timeout."""
-    try:
-        respond()
-    except NSQError as exc:
-        log.warning(
-            "Could not %s message %s on %s (%s): nsqd redelivers it after its msg_timeout",
-            what,
-            message.id,
-            message.nsqd,
-            exc,
-        )
-
-
 class NSQEventStreamProducer(SharedStreamProducer):
     """The broker side of one NSQ stream: in ack mode (Airflow >= 3.3) the shared
     stream's producer, before that what :meth:`NSQEventTrigger.run` drives itself.
@@ -357,10 +343,10 @@ class NSQEventStreamProducer(SharedStreamProducer):
                 finish = await self._dead_letters.publish(message, message.nsqd or "")
                 answered["dead_lettered"] += int(finish)
             if finish:
-                _answer("finish", message, partial(consumer.finish, message))
+                answer_or_log(message, "FIN", partial(consumer.finish, message))
             else:
                 requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
-                _answer("requeue", message, requeue)
+                answer_or_log(message, "REQ", requeue)
             answered["finished" if finish else "requeued"] += 1
         for what, count in answered.items():
             _METRICS.incr(f"nsq.event.{what}", count, **self._tags())
