@@ -38,8 +38,7 @@ from ..protocol.errors import (
 )
 from ..protocol.names import validate_topic_name
 from ..protocol.value_checks import check_seconds, is_int
-from .address import DEFAULT_LOOKUPD_HTTP_PORT, format_address, parse_address
-from .address import parse_addresses as parse_addresses  # moved to .address; callers import it here
+from .address import DEFAULT_LOOKUPD_HTTP_PORT, format_address, parse_address, parse_addresses
 from .aio_runner import arun
 from .blocking_runner import run
 from .http import NSQ_V1_ACCEPT, HTTPRequest, HTTPResponse

@@ -10,7 +10,6 @@ from airflow_provider_nsq.client.address import (
     nsqd_tcp_addresses,
     parse_addresses,
 )
-from airflow_provider_nsq.client.lookupd import parse_addresses as lookupd_parse_addresses
 from airflow_provider_nsq.protocol.errors import NSQValueError
 
 
@@ -33,10 +32,6 @@ def test_list_errors_name_the_list() -> None:
         parse_addresses(4161, "lookupd_http_addresses")
     with pytest.raises(NSQValueError, match=r"^nsqd_tcp_addresses entries must be strings, got 1"):
         parse_addresses(["a:1", 1], "nsqd_tcp_addresses")
-
-
-def test_lookupd_reads_lists_with_the_same_parser() -> None:
-    assert lookupd_parse_addresses is parse_addresses
 
 
 @pytest.mark.parametrize(
