@@ -26,7 +26,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest --durations=25
 
 # The everyday path: the checks, the docs site and the whole suite on the pinned (newest)
 # Airflow; no version matrix, no release build.

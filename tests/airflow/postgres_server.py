@@ -100,13 +100,22 @@ class PostgresServer:
             raise RuntimeError(missing())
         self.port = _free_port()
         self.password = secrets.token_hex(16)
-        self.root = Path(tempfile.mkdtemp(prefix="nsq-postgres-"))
-        self.data = self.root / "data"
-        self.log = self.root / "server.log"
         # As root: the server's user runs it and owns its folder (initdb refuses root).
         self._user = pwd.getpwnam(SERVER_USER) if os.geteuid() == 0 else None
+        self.root = Path(tempfile.mkdtemp(prefix="nsq-postgres-", dir=self._reachable_tmp()))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
         self._own(self.root)
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _reachable_tmp(self) -> str:
+        """The temporary folder, if the server's user can get through to it; else /tmp.
+        (A nox session's is inside the checkout, which may sit in a folder only root may
+        enter, as ``mktemp -d`` makes them.)"""
+        base = Path(tempfile.gettempdir()).resolve()
+        if self._user is None or all(p.stat().st_mode & 0o001 for p in (base, *base.parents)):
+            return str(base)
+        return "/tmp"
 
     def _own(self, path: Path) -> None:
         if self._user is not None:
@@ -125,6 +134,7 @@ class PostgresServer:
             text=True,
             timeout=120,
             env=self._env(),
+            cwd=self.root,
             **self._as_user(),
         )
         if done.returncode != 0:
@@ -180,6 +190,7 @@ class PostgresServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self._env(),
+            cwd=self.root,
             start_new_session=True,  # a Ctrl-C reaches pytest, which stops it after Airflow
             **self._as_user(),
         )
