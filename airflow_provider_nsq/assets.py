@@ -32,7 +32,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from airflow.providers.common.compat.sdk import Asset
 
-from .client.lookupd import parse_lookupd_address
+from .client.http.lookupd_api import parse_lookupd_address
 from .hooks.nsq import NSQHook
 from .protocol.errors import NSQValueError
 from .protocol.names import validate_topic_name

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
-from .client.setting_values import is_templated
+from .client.settings.values import is_templated
 from .hooks.nsq import NSQHook
 from .triggers.nsq_event import NSQEventTrigger
 

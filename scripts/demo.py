@@ -385,7 +385,7 @@ def run(args: argparse.Namespace) -> None:
 
             # Both channels exist on every nsqd before the first event, so each gets every
             # event (a topic keeps what it holds for its first channel only).
-            from airflow_provider_nsq.client.nsqd_http import NSQDHTTPClient
+            from airflow_provider_nsq.client.http.nsqd_api import NSQDHTTPClient
 
             for (nsqd_host, _), http_port in zip(nsq.nsqds, nsq.http_ports, strict=True):
                 api = NSQDHTTPClient(nsqd_host, http_port)

@@ -1,39 +1,60 @@
-"""NSQ clients: a blocking and an asyncio driver over the sans-I/O protocol core.
+"""NSQ clients over the sans-I/O protocol core (:mod:`airflow_provider_nsq.protocol`).
 
 Importing this package never imports Airflow: Spark executors and plain scripts use it.
-Its names are imported when first used, so a module that needs only the settings
-(``client.config``, ``client.connection_settings``; the provider info reads them at
-Airflow's start) does not load the drivers and asyncio.
+Its public names (``__all__``) are imported when first used, so a module that needs only
+the settings (the provider info reads them at Airflow's start) does not load the drivers
+and asyncio.
+
+Its rooms, from the bottom up:
+
+- ``settings/``: what a connection says (``ClientConfig``, ``ConnectionSettings``), each
+  setting described once, values read as users write them, ``host:port`` addresses;
+- ``transport/``: bytes in and out: a socket with bounded waits, TLS, one map from
+  socket errors to the NSQError family, receive buffers, one HTTP/1.1 request;
+- ``drivers/``: one connection to nsqd, blocking (``NSQConnection``) and asyncio
+  (``AsyncNSQConnection``), pumping the protocol core;
+- ``runners/``: steps, the I/O a sequence asks for, and the two runners that perform
+  them (blocking sockets, the asyncio event loop);
+- ``http/``: nsqd's and nsqlookupd's HTTP APIs, and a channel's depth over every nsqd;
+- ``producer``: publishing over an ordered failover list of nsqds;
+- ``consumer/``: one consumer over every nsqd of a topic under one RDY budget, written
+  once as steps;
+- ``holding/``: messages held while user code runs: the one holder (TOUCH on time,
+  answers, give-up to a dead-letter topic, close), and consume-and-apply over it;
+- ``message``, ``records``, ``bodies``, ``backoff``: a delivered message, its JSON-safe
+  record, user values as message bodies, the one retry-wait policy;
+- ``moved``: the module paths of earlier releases, still importable with a warning.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import moved
 from .lazy_names import lazy_names
 
 if TYPE_CHECKING:
-    from .aio import AsyncNSQConnection
-    from .blocking import NSQConnection
     from .bodies import encode_body
-    from .config import COMPRESSIONS, ClientConfig, Compression
-    from .connection_settings import ConnectionSettings
     from .consumer import AsyncNSQConsumer, NSQConsumer
+    from .consumer.windows import ACK_MODES, AckMode
+    from .drivers.asyncio_driver import AsyncNSQConnection
+    from .drivers.blocking_driver import NSQConnection
     from .message import NSQMessage
     from .producer import NSQProducer
-    from .window import ACK_MODES, AckMode
+    from .settings.client_config import COMPRESSIONS, ClientConfig, Compression
+    from .settings.connection_settings import ConnectionSettings
 
 #: Each public name and the module holding it.
 _HOME = {
-    "ACK_MODES": ".window",
-    "AckMode": ".window",
-    "AsyncNSQConnection": ".aio",
+    "ACK_MODES": ".consumer.windows",
+    "AckMode": ".consumer.windows",
+    "AsyncNSQConnection": ".drivers.asyncio_driver",
     "AsyncNSQConsumer": ".consumer",
-    "COMPRESSIONS": ".config",
-    "ClientConfig": ".config",
-    "Compression": ".config",
-    "ConnectionSettings": ".connection_settings",
-    "NSQConnection": ".blocking",
+    "COMPRESSIONS": ".settings.client_config",
+    "ClientConfig": ".settings.client_config",
+    "Compression": ".settings.client_config",
+    "ConnectionSettings": ".settings.connection_settings",
+    "NSQConnection": ".drivers.blocking_driver",
     "NSQConsumer": ".consumer",
     "NSQMessage": ".message",
     "NSQProducer": ".producer",
@@ -58,3 +79,4 @@ __all__ = [
 
 
 __getattr__, __dir__ = lazy_names(globals(), _HOME)
+moved.install()

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from ..protocol.errors import NSQConnectionError, NSQError, NSQTimeoutError, NSQValueError
-from .address import nsqd_tcp_addresses
-from .blocking import NSQConnection
-from .config import ClientConfig
-from .driver import with_context
+from .drivers.base import with_context
+from .drivers.blocking_driver import NSQConnection
+from .settings.address import nsqd_tcp_addresses
+from .settings.client_config import ClientConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The Airflow connection type ``nsq``: which settings it takes as extras, and its form.
 
 The settings themselves (kinds, bounds, docs) are described once in the client
-(:class:`~..client.connection_settings.ConnectionSettings`); which of them an Airflow
+(:class:`~..client.settings.connection_settings.ConnectionSettings`); which of them an Airflow
 connection takes as extras is said here, in :data:`CONNECTION_EXTRAS`. The hook's parser
 (``settings_from_connection``) reads extras through it and the connection form
 (:data:`CONN_FIELDS`, ``ui-field-behaviour``; the provider info hands both to Airflow)
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client.address import DEFAULT_NSQD_TCP_PORT
-from ..client.connection_settings import ConnectionSettings
-from ..client.setting_fields import Setting, SettingSource
+from ..client.settings.address import DEFAULT_NSQD_TCP_PORT
+from ..client.settings.connection_settings import ConnectionSettings
+from ..client.settings.fields import Setting, SettingSource
 
 CONN_TYPE = "nsq"
 

@@ -1,7 +1,7 @@
 """``NSQHook``: the only place that reads an Airflow Connection of type ``nsq``.
 
 It turns the Connection into the client's settings (:func:`settings_from_connection`:
-a :class:`~airflow_provider_nsq.client.connection_settings.ConnectionSettings`, read by
+a :class:`~airflow_provider_nsq.client.settings.connection_settings.ConnectionSettings`, read by
 the settings model as every other source of settings is; for the task-side hook and the
 triggers alike) and hands out the client's objects: the producer (publish, deferred
 publish, batch publish), consumers (a consume window), nsqd's HTTP API (a channel's
@@ -20,17 +20,17 @@ from airflow.providers.common.compat.connection import (
 )
 from airflow.providers.common.compat.sdk import BaseHook
 
-from ..client.blocking import NSQConnection
+from ..client import AckMode
 from ..client.bodies import encode_bodies, encode_body
-from ..client.channel_depth import ChannelDepthReader
-from ..client.config import ClientConfig
-from ..client.connection_settings import ConnectionSettings
 from ..client.consumer import NSQConsumer
+from ..client.drivers.blocking_driver import NSQConnection
+from ..client.http.channel_depth import ChannelDepthReader
+from ..client.http.nsqd_api import ChannelDepth, NSQDHTTPClient
 from ..client.message import NSQMessage
-from ..client.nsqd_http import ChannelDepth, NSQDHTTPClient
 from ..client.producer import NSQProducer
-from ..client.setting_values import Delay, Duration, delay_to_ms, duration_to_seconds
-from ..client.window import AckMode
+from ..client.settings.client_config import ClientConfig
+from ..client.settings.connection_settings import ConnectionSettings
+from ..client.settings.values import Delay, Duration, delay_to_ms, duration_to_seconds
 from ..protocol.commands import check_delay_ms, encode_topic
 from ..protocol.errors import (
     NSQAuthError,
@@ -233,7 +233,7 @@ class NSQHook(BaseHook):
 
         Call :meth:`aget_settings` first in a trigger, or let this read the connection.
         """
-        return self.get_settings().http_api()
+        return NSQDHTTPClient.from_settings(self.get_settings())
 
     def channel_depth(self, topic: str, channel: str) -> ChannelDepth | None:
         """What ``channel`` holds, from nsqd's ``/stats`` (every producer nsqlookupd
@@ -251,7 +251,7 @@ class NSQHook(BaseHook):
         :param topic: the topic name.
         :param channel: the channel name.
         :return: the channel's depth; None when no HTTP API is known (nothing is created
-            then; see :mod:`~airflow_provider_nsq.client.channel_depth`).
+            then; see :mod:`~airflow_provider_nsq.client.http.channel_depth`).
         """
         return ChannelDepthReader(self.get_settings()).read(topic, channel)
 

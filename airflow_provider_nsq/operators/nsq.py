@@ -20,7 +20,7 @@ from airflow.providers.common.compat.sdk import BaseOperator
 
 from ..assets import address_read_at_parse, nsq_asset
 from ..client import encode_body
-from ..client.setting_values import Delay, delay_to_ms, is_templated
+from ..client.settings.values import Delay, delay_to_ms, is_templated
 from ..hooks.nsq import NSQHook
 from ..lineage import publish_lineage
 from ..links import NSQAdminTopicLink

@@ -1,6 +1,6 @@
 """``NSQConsumeOperator``: consume messages from a channel and apply a function to each
 one (or to each batch); the consume-and-apply loop itself is
-:class:`~airflow_provider_nsq.client.consume_apply.ConsumeApply`.
+:class:`~airflow_provider_nsq.client.holding.apply.ConsumeApply`.
 
 The operator checks its arguments when the DAG is parsed (no network, no connection
 read), and when it runs: reads the connection through the hook, resolves the function,
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, redact
 
-from ..client.consume_apply import ApplySettings, ConsumeApply, Counted, Timed
-from ..client.dead_letters import DeadLetterPublisher
+from ..client.holding.apply import ApplySettings, ConsumeApply, Counted, Timed
+from ..client.holding.dead_letters import DeadLetterPublisher
 from ..client.records import import_callable
-from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds, is_templated
+from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds, is_templated
 from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink

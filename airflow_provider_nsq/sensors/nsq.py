@@ -26,9 +26,9 @@ from airflow.providers.common.compat.sdk import (
 
 from ..client import NSQMessage
 from ..client.backoff import Backoff, nsqd_unreachable
-from ..client.nsqd_http import HTTP_UNREADABLE, ChannelDepth
+from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
 from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
-from ..client.setting_values import Delay, delay_to_ms, is_templated
+from ..client.settings.values import Delay, delay_to_ms, is_templated
 from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink

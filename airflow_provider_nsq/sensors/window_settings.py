@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from ..client.setting_values import duration_to_seconds, is_templated
+from ..client.settings.values import duration_to_seconds, is_templated
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 from ..protocol.value_checks import is_int

@@ -3,8 +3,8 @@
 Spark hands a data source its options as strings (keys lower-cased). The writer's
 options (:mod:`.writer_options`) and the stream reader's (:mod:`.reader_options`) are
 each the data source's own (described on their option classes), plus ``nsqd``, plus
-every connection setting (:class:`~..client.connection_settings.ConnectionSettings` and
-the :class:`~..client.config.ClientConfig` fields in it) the set does not refuse. A
+every connection setting (:class:`~..client.settings.connection_settings.ConnectionSettings` and
+the :class:`~..client.settings.client_config.ClientConfig` fields in it) the set does not refuse. A
 setting added to ``ClientConfig`` therefore reaches both sets, the Airflow connection's
 extras and its form, with no edit here; a setting a set refuses is refused with the
 reason given here (:data:`CONNECTION_OPTIONS`, and each set's refusals of the other's
@@ -21,15 +21,15 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..client.address import (
+from ..client.settings.address import (
     DEFAULT_NSQD_TCP_PORT,
     format_address,
     nsqd_tcp_address,
     parse_address,
 )
-from ..client.config import ClientConfig
-from ..client.connection_settings import ConnectionSettings
-from ..client.setting_fields import Setting, SettingSource, setting, settings_of
+from ..client.settings.client_config import ClientConfig
+from ..client.settings.connection_settings import ConnectionSettings
+from ..client.settings.fields import Setting, SettingSource, setting, settings_of
 from ..protocol.errors import NSQSettingError, NSQValueError
 from ..protocol.names import validate_topic_name
 from ..protocol.value_checks import is_bool

@@ -8,7 +8,7 @@ Where each piece runs and where the rows live:
   ``python_streaming_source_runner``); :class:`NSQStreamReader` runs there for the whole
   query. It reads through the project's consumer
   (:class:`~..client.consumer.NSQConsumer`: every nsqd listed, or found through
-  nsqlookupd and re-polled), and a :class:`~..client.in_flight.InFlightHolder` keeps every
+  nsqlookupd and re-polled), and a :class:`~..client.holding.in_flight.InFlightHolder` keeps every
   delivered message in flight on the connection that received it.
 - ``latestOffset`` cuts the next batch from the delivered messages (bounded by
   ``max_messages_per_batch`` and ``max_bytes_per_batch``), turns it into Arrow and keeps
@@ -54,7 +54,7 @@ from pyspark.sql.types import (
 )
 
 from ..client.consumer import NSQConsumer
-from ..client.in_flight import InFlightHolder
+from ..client.holding.in_flight import InFlightHolder
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQValueError
 from .progress import report_batch

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
-from ..client.config import ClientConfig
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
-from ..client.setting_fields import setting
+from ..client.settings.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from ..client.settings.client_config import ClientConfig
+from ..client.settings.fields import setting
 from ..protocol.names import validate_channel_name
 from .option_sets import READ, NSQOptionError, OptionSet, options_repr, topic_option
 

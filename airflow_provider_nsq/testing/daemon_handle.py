@@ -2,7 +2,7 @@
 
 :class:`DaemonHandle` is what :class:`~.nsqd_server.NSQDServer` and
 :class:`~.lookupd_server.NSQLookupdServer` share. Requests go through the client's own
-HTTP/1.1 client (:func:`airflow_provider_nsq.client.http.http_request`, on h11), with
+HTTP/1.1 client (:func:`airflow_provider_nsq.client.transport.http_request.http_request`, on h11), with
 the ``Accept`` header nsqd's and nsqlookupd's clients send.
 """
 
@@ -13,7 +13,7 @@ import ssl
 from typing import Any
 from urllib.parse import urlencode
 
-from ..client.http import NSQ_V1_ACCEPT, http_request
+from ..client.transport.http_request import NSQ_V1_ACCEPT, http_request
 from .polling import wait_for
 from .servers.addresses import DaemonAddresses
 

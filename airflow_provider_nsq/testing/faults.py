@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..client.address import DEFAULT_NSQD_TCP_PORT, parse_address
+from ..client.settings.address import DEFAULT_NSQD_TCP_PORT, parse_address
 from ..protocol.constants import MAGIC_V2
 from ..protocol.frames import frame_length
 from .servers.loop_thread import ServiceOnLoop

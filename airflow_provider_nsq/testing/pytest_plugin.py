@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 def _split_address(value: str, what: str) -> tuple[str, int]:
     # Here, not at the top: loading the plugin stays cheap for every pytest run.
-    from ..client.address import parse_address
+    from ..client.settings.address import parse_address
     from ..protocol.errors import NSQValueError
 
     try:

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..client import NSQMessage
-from ..client.setting_values import parse_seconds
+from ..client.settings.values import parse_seconds
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 from ..protocol.value_checks import check_int, is_number

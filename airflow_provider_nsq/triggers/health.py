@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from ..client import AsyncNSQConsumer
-from ..client.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
+from ..client.settings.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..metrics import Emitter
 
 #: Seconds between two health reports of one trigger (StatsD's usual flush interval).

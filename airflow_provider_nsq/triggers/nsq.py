@@ -43,7 +43,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.backoff import Backoff, nsqd_unreachable, reconnect_backoff
-from ..client.nsqd_http import HTTP_UNREADABLE
+from ..client.http.nsqd_api import HTTP_UNREADABLE
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.constants import DEFAULT_MSG_TIMEOUT_MS

@@ -57,7 +57,7 @@ from ..client.backoff import reconnect_backoff
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
 from ..client.message import answer_or_log
 from ..client.records import MessageFilter, import_callable, message_record
-from ..client.setting_values import Delay, delay_to_ms, duration_to_seconds
+from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.commands import check_delay_ms

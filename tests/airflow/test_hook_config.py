@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from airflow_provider_nsq.client.setting_values import delay_to_ms, duration_to_seconds
+from airflow_provider_nsq.client.settings.values import delay_to_ms, duration_to_seconds
 from airflow_provider_nsq.hooks.nsq import NSQConnectionConfigError, NSQHook
 from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.provider_info import CONN_FIELDS

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_provider_nsq.client.address import DEFAULT_NSQD_TCP_PORT
+from airflow_provider_nsq.client.settings.address import DEFAULT_NSQD_TCP_PORT
 from airflow_provider_nsq.provider_info import CONN_FIELDS
 
 from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow

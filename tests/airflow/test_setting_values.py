@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from airflow_provider_nsq.client.setting_values import parse_seconds
+from airflow_provider_nsq.client.settings.values import parse_seconds
 from airflow_provider_nsq.hooks.nsq import NSQConnectionConfigError, NSQHook
 from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.testing.broker.__main__ import build_parser

@@ -28,7 +28,7 @@ _NEW_SETTING = textwrap.dedent(
     """
     import dataclasses, json
     from airflow_provider_nsq.client import config as config_module
-    from airflow_provider_nsq.client.setting_fields import setting
+    from airflow_provider_nsq.client.settings.fields import setting
 
     @dataclasses.dataclass(frozen=True)
     class ClientConfig(config_module.ClientConfig):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_nsq.client.address import (
+from airflow_provider_nsq.client.settings.address import (
     nsqd_tcp_address,
     nsqd_tcp_addresses,
     parse_addresses,

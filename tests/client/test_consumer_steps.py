@@ -22,7 +22,7 @@ from airflow_provider_nsq.client import ClientConfig
 from airflow_provider_nsq.client.consumer import ConsumerState, ConsumerSteps
 from airflow_provider_nsq.client.consumer.ledger import TOUCH_AFTER_SHARE
 from airflow_provider_nsq.client.message import NSQMessage, bound_message_class
-from airflow_provider_nsq.client.steps import (
+from airflow_provider_nsq.client.runners.steps import (
     Close,
     Connect,
     Now,

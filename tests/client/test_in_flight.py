@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.client.consumer import NSQConsumer
-from airflow_provider_nsq.client.in_flight import InFlightHolder
+from airflow_provider_nsq.client.holding.in_flight import InFlightHolder
 
 CHANNEL = "holder"
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from airflow_provider_nsq.client.lookupd import (
+from airflow_provider_nsq.client.http.lookupd_api import (
     LookupdClient,
     Producer,
     parse_addresses,

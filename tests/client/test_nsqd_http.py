@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConsumer
-from airflow_provider_nsq.client.nsqd_http import ChannelDepth, NSQDHTTPClient
+from airflow_provider_nsq.client.http.nsqd_api import ChannelDepth, NSQDHTTPClient
 from airflow_provider_nsq.protocol.errors import (
     NSQConnectionError,
     NSQHTTPError,

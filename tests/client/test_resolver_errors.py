@@ -14,7 +14,7 @@ import socket
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.client.nsqd_http import NSQDHTTPClient
+from airflow_provider_nsq.client.http.nsqd_api import NSQDHTTPClient
 from airflow_provider_nsq.protocol.errors import NSQConnectionError
 from tests.client.drivers import DRIVERS, make_driver
 

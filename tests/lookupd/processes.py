@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_provider_nsq.client.http import http_request
+from airflow_provider_nsq.client.transport.http_request import http_request
 
 LISTENING = re.compile(r"TCP 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+)")
 

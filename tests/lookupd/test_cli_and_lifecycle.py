@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from airflow_provider_nsq.client.http import http_request
+from airflow_provider_nsq.client.transport.http_request import http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
 from tests.lookupd.processes import daemon, lookup, wait_for

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, http_request
+from airflow_provider_nsq.client.transport.http_request import NSQ_V1_ACCEPT, http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
 from tests.conformance.lookupd_transcript import (

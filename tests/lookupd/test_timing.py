@@ -9,7 +9,7 @@ import signal
 import statistics
 import time
 
-from airflow_provider_nsq.client.http import http_request
+from airflow_provider_nsq.client.transport.http_request import http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
 from tests.conformance.lookupd_transcript import load

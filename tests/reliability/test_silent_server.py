@@ -25,8 +25,8 @@ from airflow_provider_nsq.client import (
     NSQConnection,
     NSQConsumer,
 )
-from airflow_provider_nsq.client.http import ahttp_request, http_request
-from airflow_provider_nsq.client.nsqd_http import NSQDHTTPClient
+from airflow_provider_nsq.client.http.nsqd_api import NSQDHTTPClient
+from airflow_provider_nsq.client.transport.http_request import ahttp_request, http_request
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.protocol import NSQError, NSQTimeoutError
 from airflow_provider_nsq.testing.faults import FaultProxy, stall

@@ -1,19 +1,19 @@
 """One consumer over every nsqd that has a topic: N connections, one in-flight budget.
 
 - :mod:`.sequences`: :class:`ConsumerSteps`, what callers see of a consumer and its
-  life (a window, a stream, close) written once, as steps (:mod:`..steps`);
+  life (a window, a stream, close) written once, as steps (:mod:`..runners.steps`);
 - :mod:`.state`: that life as a state table;
 - :mod:`.connections`: the work on its connections, as steps, over
   :mod:`.discovery` (where the nsqds are; retries), :mod:`.pool` (the connections),
   :mod:`.rdy_plan` (the RDY split) and :mod:`.deliveries` (messages in, and
   :mod:`.ledger`: who holds what, the one TOUCH policy);
-- :mod:`.blocking`: :class:`NSQConsumer`, which runs the steps on sockets;
-- :mod:`.aio`: :class:`AsyncNSQConsumer`, which runs them on the asyncio event loop.
+- :mod:`.blocking_consumer`: :class:`NSQConsumer`, which runs the steps on sockets;
+- :mod:`.asyncio_consumer`: :class:`AsyncNSQConsumer`, which runs them on the asyncio event loop.
 """
 
 from ..message import by_connection
-from .aio import AsyncNSQConsumer
-from .blocking import NSQConsumer
+from .asyncio_consumer import AsyncNSQConsumer
+from .blocking_consumer import NSQConsumer
 from .connections import UNREACHABLE
 from .discovery import DEFAULT_LOOKUPD_POLL_INTERVAL_S, EMPTY_POLL_INTERVAL_S
 from .ledger import TOUCH_AFTER_SHARE

@@ -4,7 +4,7 @@ delivered, drop those that broke, close those drained, keep the RDY split curren
 them, REQ what was never answered.
 
 Nothing here waits or reads the clock: each method yields the steps it needs
-(:mod:`..steps`) and takes the time (``now``) from its caller or from a step's outcome.
+(:mod:`..runners.steps`) and takes the time (``now``) from its caller or from a step's outcome.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from ...protocol.errors import (
     NSQTimeoutError,
     NSQTLSError,
 )
-from ..config import ClientConfig
 from ..message import NSQMessage
-from ..steps import Close, Connect, Opened, Send, StartClose, Steps, Wait, Write, answers
+from ..runners.steps import Close, Connect, Opened, Send, StartClose, Steps, Wait, Write, answers
+from ..settings.client_config import ClientConfig
 from .deliveries import Deliveries
 from .discovery import Discovery, RetrySchedule
 from .pool import Conn, Pool, nsqd_of

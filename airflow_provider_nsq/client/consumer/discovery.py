@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from ...protocol.errors import NSQError
 from ..backoff import Backoff, reconnect_backoff
-from ..lookupd import LookupdClient, Producer
-from ..steps import Steps
+from ..http.lookupd_api import LookupdClient, Producer
+from ..runners.steps import Steps
 
 log = logging.getLogger("airflow_provider_nsq.client.consumer")
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ...protocol.value_checks import is_int
-from ..aio import AsyncNSQConnection
-from ..blocking import NSQConnection
+from ..drivers.asyncio_driver import AsyncNSQConnection
+from ..drivers.blocking_driver import NSQConnection
 
 log = logging.getLogger("airflow_provider_nsq.client.consumer")
 

@@ -8,7 +8,7 @@ consumes (the hook's consume window, the sensor, the triggers, the Spark reader)
 What it guarantees:
 
 - one connection per nsqd, each SUB'd to the same topic/channel; one RDY budget shared
-  as :mod:`..ready` plans it (never above an nsqd's ``max_rdy_count``). A streaming
+  as :mod:`.ready` plans it (never above an nsqd's ``max_rdy_count``). A streaming
   consumer that holds more messages than one connection may (``max_rdy_count``, 2500 by
   default) can allow more connections per nsqd (``max_connections_per_nsqd``): each
   nsqd then gets as many as one nsqd needs to hold the whole budget;
@@ -31,13 +31,13 @@ Three shapes: one bounded window (``consume``); long-lived streaming (``start``,
 ``read``, ``set_max_in_flight``, ``touch_held``; the blocking consumer also has ``pump``);
 ``close``. Which calls are possible when is a state table (:mod:`.state`).
 
-How it is written: each of those is a sequence of steps (:mod:`..steps`: connect these,
+How it is written: each of those is a sequence of steps (:mod:`..runners.steps`: connect these,
 wait up to t, send these RDY/FIN/REQ/TOUCH, CLS these, close these, what time is it);
 it never touches a socket nor reads the clock. The work on connections is :mod:`.connections` (over :mod:`.pool`,
 :mod:`.discovery`, :mod:`.rdy_plan` and :mod:`.deliveries`);
-:class:`~.blocking.NSQConsumer` and :class:`~.aio.AsyncNSQConsumer` run the sequences,
-one with :class:`~..blocking_runner.BlockingRunner`, the other with
-:class:`~..aio_runner.AsyncRunner`.
+:class:`~.blocking_consumer.NSQConsumer` and :class:`~.asyncio_consumer.AsyncNSQConsumer` run the sequences,
+one with :class:`~..runners.blocking_runner.BlockingRunner`, the other with
+:class:`~..runners.asyncio_runner.AsyncRunner`.
 """
 
 from __future__ import annotations
@@ -52,19 +52,18 @@ from ...protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ...protocol.errors import NSQStateError, NSQValueError
 from ...protocol.names import validate_channel_name, validate_topic_name
 from ...protocol.value_checks import check_int, check_seconds
-from ..address import nsqd_tcp_addresses as parse_nsqd_addresses
-from ..address import parse_addresses
-from ..config import ClientConfig
-from ..lookupd import LookupdClient, Producer
+from ..http.lookupd_api import LookupdClient, Producer
 from ..message import NSQMessage
-from ..steps import NOW, Close, Steps, answer
-from ..window import AckMode, Window, check_window
+from ..runners.steps import NOW, Close, Steps, answer
+from ..settings.address import nsqd_tcp_addresses as parse_nsqd_addresses
+from ..settings.address import parse_addresses
+from ..settings.client_config import ClientConfig
 from .connections import Connections
 from .discovery import DEFAULT_LOOKUPD_POLL_INTERVAL_S, Discovery
 from .pool import Conn, Contact
 from .rdy_plan import REBALANCE_INTERVAL_S
 from .state import CLOSED, CLOSING, IDLE, WINDOWING, ConsumerState, Lifecycle
-from .windows import Windows
+from .windows import AckMode, Window, Windows, check_window
 
 log = logging.getLogger("airflow_provider_nsq.client.consumer")
 
@@ -95,7 +94,7 @@ class Touched(NamedTuple):
 
 
 class ConsumerSteps(Generic[Conn]):
-    """What :class:`~.blocking.NSQConsumer` and :class:`~.aio.AsyncNSQConsumer` are (see
+    """What :class:`~.blocking_consumer.NSQConsumer` and :class:`~.asyncio_consumer.AsyncNSQConsumer` are (see
     :mod:`.sequences`): what callers can see of the consumer, and every sequence of its
     life as steps (the ``*_steps`` methods, which a runner drives).
 

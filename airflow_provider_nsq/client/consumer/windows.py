@@ -1,4 +1,5 @@
-"""A consumer's consume windows, as steps: open (on what the last full window kept, when
+"""A consumer's consume windows: their arguments (checked, each named when wrong), and
+the windows as steps: open (on what the last full window kept, when
 it is fresh), share ``max_messages`` as RDY, collect until full or the deadline, pause
 (RDY 0) or CLS, and settle (REQ what came beyond ``max_messages``, apply ``ack``)."""
 
@@ -6,15 +7,56 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Generic
+from dataclasses import dataclass, field
+from typing import Generic, Literal
 
 from ...protocol.errors import NSQValueError
+from ...protocol.value_checks import check_int, check_seconds
 from ..message import NSQMessage, on_live_connections
-from ..steps import Close, Send, Steps, answers, fail_on_error
-from ..window import Window, settle
+from ..runners.steps import Close, Send, Steps, answers, fail_on_error
 from .connections import Connections
 from .pool import Conn
 from .rdy_plan import REBALANCE_INTERVAL_S
+
+AckMode = Literal["fin", "req", "manual"]
+ACK_MODES: tuple[str, ...] = ("fin", "req", "manual")
+
+
+def check_window(max_messages: object, timeout: object, ack: object, max_rdy_count: int) -> None:
+    """Validate a consume window's arguments, naming the bad one."""
+    count = check_int(max_messages, "max_messages", minimum=1)
+    if count > max_rdy_count:
+        raise NSQValueError(
+            f"max_messages={count} exceeds nsqd's max RDY count of {max_rdy_count} "
+            "(--max-rdy-count): a window holds all its messages in flight until it ends"
+        )
+    check_seconds(timeout, "timeout")
+    if ack not in ACK_MODES:
+        raise NSQValueError(f"ack must be one of {', '.join(ACK_MODES)}, got {ack!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One consume window: the arguments :meth:`consume` took, and the messages it got."""
+
+    topic: str
+    channel: str
+    max_messages: int
+    timeout: float
+    ack: AckMode
+    requeue_delay_ms: int
+    got: list[NSQMessage] = field(default_factory=list)
+
+
+def settle(
+    got: list[NSQMessage], stragglers: list[NSQMessage], max_messages: int
+) -> tuple[list[NSQMessage], list[NSQMessage]]:
+    """How a consume window ends: the messages it returns (what it got, and the
+    stragglers nsqd sent before it read CLS, while they fit ``max_messages``) and the
+    stragglers beyond that (to REQ)."""
+    room = max_messages - len(got)
+    return got + stragglers[:room], stragglers[room:]
+
 
 log = logging.getLogger("airflow_provider_nsq.client.consumer")
 

@@ -15,7 +15,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_nsq.client.address import DEFAULT_NSQD_HTTP_PORT, DEFAULT_NSQD_TCP_PORT
+from airflow_provider_nsq.client.settings.address import (
+    DEFAULT_NSQD_HTTP_PORT,
+    DEFAULT_NSQD_TCP_PORT,
+)
 
 from ..servers.daemon_cli import given, listen_on, new_parser, run_daemon
 from ..servers.daemon_flags import boolean, duration_ms, go_duration, listen_address

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, http_request
+from airflow_provider_nsq.client.transport.http_request import NSQ_V1_ACCEPT, http_request
 from airflow_provider_nsq.protocol.errors import NSQError
 from airflow_provider_nsq.protocol.value_checks import is_int
 

@@ -32,12 +32,12 @@ import socket
 import urllib.parse
 from collections import deque
 
-from airflow_provider_nsq.client.address import (
+from airflow_provider_nsq.client.settings.address import (
     DEFAULT_LOOKUPD_TCP_PORT,
     format_address,
     parse_address,
 )
-from airflow_provider_nsq.client.http import NSQ_V1_ACCEPT, ahttp_request
+from airflow_provider_nsq.client.transport.http_request import NSQ_V1_ACCEPT, ahttp_request
 from airflow_provider_nsq.protocol.errors import NSQProtocolError, NSQServerError
 from airflow_provider_nsq.protocol.names import is_ephemeral
 

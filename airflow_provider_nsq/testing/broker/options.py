@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_TCP_PORT, parse_address
+from airflow_provider_nsq.client.settings.address import DEFAULT_LOOKUPD_TCP_PORT, parse_address
 from airflow_provider_nsq.protocol.constants import (
     DEFAULT_MAX_BODY_SIZE,
     DEFAULT_MAX_DEFLATE_LEVEL,

@@ -14,7 +14,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_nsq.client.address import DEFAULT_LOOKUPD_HTTP_PORT, DEFAULT_LOOKUPD_TCP_PORT
+from airflow_provider_nsq.client.settings.address import (
+    DEFAULT_LOOKUPD_HTTP_PORT,
+    DEFAULT_LOOKUPD_TCP_PORT,
+)
 
 from ..servers.daemon_cli import given, listen_on, new_parser, run_daemon
 from ..servers.daemon_flags import duration_ms, go_duration

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from airflow_provider_nsq.client.address import format_address
+from airflow_provider_nsq.client.settings.address import format_address
 from airflow_provider_nsq.protocol.names import is_ephemeral
 
 from ..wire.registration import (

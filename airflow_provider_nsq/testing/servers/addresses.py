@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from airflow_provider_nsq.client.address import format_address
+from airflow_provider_nsq.client.settings.address import format_address
 
 
 class _Listening(Protocol):

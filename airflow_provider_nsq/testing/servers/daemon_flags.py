@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
-from airflow_provider_nsq.client.address import parse_address
-from airflow_provider_nsq.client.setting_values import parse_bool
+from airflow_provider_nsq.client.settings.address import parse_address
+from airflow_provider_nsq.client.settings.values import parse_bool
 from airflow_provider_nsq.protocol.errors import NSQValueError
 
 _T = TypeVar("_T")

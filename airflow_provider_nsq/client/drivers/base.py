@@ -1,0 +1,266 @@
+"""What the blocking and asyncio drivers share about one connection: the protocol object
+they pump (``_core``, a :class:`ClientConnection`), one dispatch of what it reads, the
+failure they record, and what the connection negotiated.
+
+The layers of a driver, each one concern:
+
+- :class:`DriverBase` (here): the protocol object, input, failure, negotiated settings;
+- :class:`~.answering.AnsweringDriver`: the messages delivered and their answers (RDY,
+  FIN, REQ, TOUCH): what an owner of many connections (the consumer) reads of one;
+- :class:`~.blocking_driver.NSQConnection` / :class:`~.asyncio_driver.AsyncNSQConnection`: the I/O,
+  connecting, publishing and waiting for replies, each in its own way.
+
+A driver supplies only its I/O: ``_flush`` (write what the core queued), ``_start_tls``
+(wrap the transport), ``_teardown`` (drop the transport) and ``_reply_arrived`` (nsqd
+answered the oldest command waiting).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ...protocol.connection import (
+    HANDSHAKE_REPLIES,
+    ClientConnection,
+    CommandFailed,
+    ConnectionClosed,
+    ConnectionState,
+    Reply,
+    ServerWarning,
+    StartTLS,
+)
+from ...protocol.errors import (
+    NSQConnectionClosedError,
+    NSQError,
+    NSQServerError,
+    NSQStateError,
+    NSQValueError,
+)
+from ..message import NSQMessage
+from ..settings.client_config import ClientConfig
+
+log = logging.getLogger(__name__)
+
+CLOSED_STATES = (ConnectionState.CLOSED, ConnectionState.FAILED)
+
+
+def idle_limit_s(config: ClientConfig) -> float | None:
+    """Seconds of client silence after which nsqd may already have dropped us.
+
+    nsqd closes a connection it has not read a command from for 2 x heartbeat_interval
+    (tests/conformance/transcripts/FACTS.md section 7); we stop trusting it a margin before that.
+    """
+    hb = config.effective_heartbeat_interval_ms
+    if hb <= 0:
+        return None
+    margin = min(hb / 2, 5000)
+    return (2 * hb - margin) / 1000
+
+
+def with_context(exc: NSQError, suffix: str) -> NSQError:
+    """A copy of ``exc`` (same class, same code) whose message ends with ``suffix``."""
+    if isinstance(exc, NSQServerError):
+        return type(exc)(exc.code, f"{exc.description} {suffix}".strip())
+    return type(exc)(f"{exc} {suffix}")
+
+
+def queue_mpub(core: ClientConnection, topic: str, bodies: Iterable[bytes]) -> list[int]:
+    """Queue ``bodies`` as as few MPUB frames as fit; each frame's message count."""
+    counts = core.mpub_split(topic, bodies)
+    if not counts:
+        raise NSQValueError("multi_publish needs at least one message")
+    return counts
+
+
+def mpub_failed(exc: NSQError, done: int, counts: Sequence[int]) -> NSQError:
+    """The error to raise when MPUB frame ``done`` failed: it says what nsqd took."""
+    if not done:
+        return exc
+    accepted = f"{done} MPUB frames with {sum(counts[:done])} messages"
+    return with_context(exc, f"(nsqd had accepted {accepted} before)")
+
+
+class DriverBase:
+    """The protocol object of one connection to nsqd and what comes in on it."""
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self._core: ClientConnection | None = None
+        self._messages: list[NSQMessage] = []  # delivered, not yet handed to the caller
+        self._failure: NSQError | None = None
+        self._in_flight = 0  # delivered on the current connection, not yet FIN'd or REQ'd
+        self._subscribed = False
+        self._last_write = 0.0
+        self._idle_limit = idle_limit_s(self.config)
+        self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
+        self.connects = 0  # how many times a TCP connection was opened
+        #: When nsqd was last heard from (``time.monotonic()``; any bytes, heartbeats and
+        #: OK fast paths included; 0.0: never), set by each driver's read: an owner
+        #: tells a quiet nsqd from a silent one.
+        self.last_received = 0.0
+        #: Called (no arguments) when messages arrive or the connection fails: an owner
+        #: waiting on several connections learns there is something to look at.
+        self.on_wake: Callable[[], None] | None = None
+
+    def __repr__(self) -> str:
+        state = self._core.state.value if self._core else "not connected"
+        return f"<{type(self).__name__} {self.config.address} {state}>"
+
+    @property
+    def _peer(self) -> str:
+        """Who this connection talks to, for error messages."""
+        return f"nsqd at {self.config.address}"
+
+    # -- what the connection negotiated -------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._core is not None and self._core.state not in CLOSED_STATES
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The IDENTIFY response (``{"response": "OK"}`` without feature negotiation)."""
+        return dict(self._require_core().server_info)
+
+    @property
+    def auth_info(self) -> dict[str, Any] | None:
+        return self._core.auth_info if self._core else None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self._core and self._core.tls)
+
+    @property
+    def compression(self) -> str | None:
+        return self._core.compression if self._core else None
+
+    @property
+    def max_rdy_count(self) -> int:
+        return self._require_core().max_rdy_count
+
+    # -- how it ended ---------------------------------------------------------------
+
+    @property
+    def failure(self) -> NSQError | None:
+        """The error that ended the connection (the first one), or None."""
+        return self._failure
+
+    @property
+    def alive(self) -> bool:
+        """The connection can still answer its messages: open, and no failure."""
+        core = self._core  # not self.connected: an owner asks this on every wait
+        return self._failure is None and core is not None and core.state not in CLOSED_STATES
+
+    def abort(self) -> None:
+        """Drop the connection at once, without answering anything: nsqd redelivers what
+        it had in flight here after its msg_timeout. For a connection that already
+        failed; ``close()`` is the orderly way."""
+        self._teardown()
+
+    def _fail(self, error: NSQError) -> None:
+        """The connection failed with ``error``; the first failure is the one reported."""
+        if self._failure is None:
+            self._failure = error
+        if self.on_wake is not None:
+            self.on_wake()
+
+    def _closed_error(self, pending: Sequence[str]) -> NSQConnectionClosedError:
+        text = f"{self._peer} closed the connection"
+        if pending:
+            text += f" before answering {', '.join(pending)}: the outcome is unknown"
+        return NSQConnectionClosedError(text)
+
+    # -- what each driver supplies --------------------------------------------------
+
+    def _flush(self) -> None:
+        """Write what the core has queued."""
+        raise NotImplementedError
+
+    def _start_tls(self) -> None:
+        """Run (or start) the TLS client handshake, then call ``core.tls_established()``."""
+        raise NotImplementedError
+
+    def _reply_arrived(self, data: bytes) -> None:
+        """nsqd answered the oldest command still waiting for its reply."""
+        raise NotImplementedError
+
+    def _teardown(self) -> None:
+        """Drop the transport and the protocol state (no REQ, no waiting)."""
+        raise NotImplementedError
+
+    def _messages_arrived(self) -> None:
+        """``self._messages`` grew (a waiting reader may wake)."""
+        if self.on_wake is not None:
+            self.on_wake()
+
+    # -- input: one dispatch for both drivers -----------------------------------------
+
+    def _receive(self, data: bytes | memoryview) -> None:
+        """Feed bytes read from the transport (``b""``: EOF) to the core and act on the
+        events they complete. Invalid bytes are recorded as the failure and raised."""
+        core = self._core
+        if core is None:
+            return
+        core.receive_data(data)
+        try:
+            messages, events = core.messages_and_events()
+        except NSQError as exc:
+            self._fail(exc)
+            raise
+        if messages:
+            self._messages += messages  # type: ignore[arg-type]
+            self._in_flight += len(messages)
+            self._messages_arrived()
+        for event in events:
+            if isinstance(event, Reply):
+                if event.command not in HANDSHAKE_REPLIES:
+                    self._reply_arrived(event.data)
+            elif isinstance(event, ServerWarning):
+                log.warning("nsqd at %s: %s", self.config.address, event.error)
+                self.warnings.append(event.error)
+            elif isinstance(event, CommandFailed):
+                self._fail(event.error)
+            elif isinstance(event, ConnectionClosed):
+                self._fail(self._closed_error(event.pending))
+            elif isinstance(event, StartTLS):
+                self._start_tls()
+            # Heartbeat: the core queued the NOP, written below.
+        if core.state not in CLOSED_STATES:
+            self._flush()  # the NOP for a heartbeat; AUTH once IDENTIFY asked for it
+
+    # -- shared bookkeeping -----------------------------------------------------------
+
+    def _new_core(self) -> ClientConnection:
+        """A fresh protocol core for a new TCP connection, counted in ``connects``."""
+        cfg = self.config
+        self.connects += 1
+        self._core = ClientConnection(
+            identify=cfg.identify_fields(),
+            auth_secret=cfg.auth_secret.encode() if cfg.auth_secret else None,
+            max_msg_size=cfg.max_msg_size,
+            max_body_size=cfg.max_body_size,
+            max_req_timeout_ms=cfg.max_req_timeout_ms,
+        )
+        return self._core
+
+    def _require_core(self) -> ClientConnection:
+        core = self._core
+        if core is None:
+            raise NSQStateError(f"not connected to nsqd at {self.config.address}: call connect()")
+        if core.state in CLOSED_STATES:
+            raise NSQConnectionClosedError(
+                f"the connection to nsqd at {self.config.address} is closed"
+                + (f" ({self._failure})" if self._failure else "")
+            )
+        return core
+
+    def _reset_state(self) -> None:
+        if self._core is not None:
+            self._core.close()
+        self._core = None
+        self._messages = []
+        self._failure = None
+        self._in_flight = 0
+        self._subscribed = False

@@ -1,0 +1,10 @@
+"""Messages held while user code runs.
+
+- :mod:`.holder`: the one owner of a consumer while its messages are held (TOUCH on
+  time, answers from one place, give-up to a dead-letter topic, close REQs the rest), in
+  a blocking form and an asyncio sibling;
+- :mod:`.dead_letters`: the one dead-letter envelope, and publishing it with failover;
+- :mod:`.apply`: consume and apply: a function called on each message (or batch), FIN
+  when it returns, REQ with backoff when it raises, give-up after ``max_attempts``;
+- :mod:`.function_thread`: the thread user code runs on, off the consumer's thread.
+"""

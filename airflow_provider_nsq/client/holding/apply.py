@@ -1,0 +1,426 @@
+"""Consume and apply: take messages off a channel, hand each one (or each batch) to a
+function, FIN after it returns, REQ with backoff when it raises, and set a message aside
+on a dead-letter topic once it failed ``max_attempts`` deliveries.
+
+How a message is answered:
+
+- the function returned: FIN (after its result, when results are kept, was checked);
+- it raised, delivery ``n`` < ``max_attempts``: REQ after the ``n``-th wait of a
+  :class:`~..backoff.Backoff` from ``requeue_delay_ms``, doubling, capped at the
+  connection's ``max_req_timeout_ms`` (nsqd refuses longer, closing the connection);
+- it raised on delivery ``max_attempts`` (or later): published to the dead-letter topic
+  in an envelope (:mod:`.dead_letters`), FIN once nsqd said OK; with no dead-letter
+  topic, or when that publish failed, REQ'd as above and the run stops with
+  :class:`~...protocol.errors.NSQPoisonMessageError` (never dropped silently);
+- everything taken and not answered when the run ends, however it ends (the function
+  still running at a timeout, messages read ahead), is REQ'd by the consumer's
+  ``close()``.
+
+Threads: the function runs on a :class:`~.function_thread.FunctionThread`; every byte
+the consumer writes or reads (FIN, REQ, TOUCH, heartbeats, RDY) stays on the caller's
+thread, which waits for the function in slices of at most :data:`KEEP_ALIVE_S` and in
+between answers heartbeats (``pump()``) and TOUCHes what has been held for a third of
+msg_timeout (``touch_held()``).
+
+The run ends after ``max_messages`` messages were answered, or once ``window`` seconds
+passed with nothing to do (no message in hand, none delivered).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ...protocol.errors import NSQError, NSQPoisonMessageError, NSQValueError
+from ..backoff import Backoff
+from ..consumer import NSQConsumer
+from ..message import NSQMessage, answer_or_log
+from ..records import message_record
+from .dead_letters import DeadLetterPublisher, dead_letter_envelope
+from .function_thread import FunctionThread
+
+log = logging.getLogger(__name__)
+
+#: While the function runs, the consumer's I/O is done at least this often (seconds),
+#: and sooner when a held message is due for a TOUCH.
+KEEP_ALIVE_S = 0.5
+#: A batch takes what is delivered until it is full or nothing came for this long.
+BATCH_GATHER_S = 0.25
+#: The longest single wait for a delivery, so that a stop request is seen soon.
+READ_SLICE_S = 0.5
+#: At the end of a run, after RDY 0: what nsqd sent before it read it arrives within this.
+DRAIN_S = 0.25
+
+Counted = Literal["applied", "requeued", "dead_lettered", "dead_letter_failed", "exhausted"]
+Timed = Literal["apply_duration", "delay"]
+Ended = Literal["max_messages", "window", "stopped"]
+
+
+class ApplyMetrics(Protocol):
+    """Where a run reports what it did, as it does it (the operator's metrics)."""
+
+    def count(self, what: Counted, n: int) -> None: ...
+
+    def time(self, what: Timed, seconds: float) -> None: ...
+
+
+class _NoMetrics:
+    def count(self, what: Counted, n: int) -> None:
+        pass
+
+    def time(self, what: Timed, seconds: float) -> None:
+        pass
+
+
+@dataclass
+class ApplySummary:
+    """What one run did: counts, never bodies."""
+
+    messages: int = 0  # deliveries handed to the function
+    applied: int = 0  # ... FINished after it returned
+    requeued: int = 0  # ... REQ'd after it raised
+    dead_lettered: int = 0  # ... published to the dead-letter topic, then FINished
+    nsqds: set[str] = field(default_factory=set)  # the nsqds that delivered them
+    ended: Ended | None = None
+    results: list[Any] = field(default_factory=list)  # non-None results, when kept
+
+    def as_dict(self, topic: str, channel: str) -> dict[str, Any]:
+        """The summary as a JSON-safe dict (what the operator returns to XCom)."""
+        return {
+            "topic": topic,
+            "channel": channel,
+            "messages": self.messages,
+            "applied": self.applied,
+            "requeued": self.requeued,
+            "dead_lettered": self.dead_lettered,
+            "nsqds": sorted(self.nsqds),
+            "ended": self.ended,
+        }
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """How a run takes and answers messages (checked by the caller: the operator).
+
+    :param batch: call the function with a list of records (up to ``max_in_flight``)
+        instead of one record.
+    :param max_messages: end after answering this many deliveries (None: no limit).
+    :param max_in_flight: messages held at once: the batch size, and how many are read
+        ahead for a per-message function.
+    :param window: end once this many seconds passed with nothing to do.
+    :param max_attempts: the delivery (nsqd's ``attempts``) after whose failure a message
+        is set aside (None: never; REQ'd every time).
+    :param requeue_delay_ms: the first REQ delay (0: every REQ without delay).
+    :param max_requeue_delay_ms: the longest REQ delay (the connection's
+        ``max_req_timeout_ms``).
+    :param keep_results: keep the function's non-None results (each must be JSON).
+    """
+
+    batch: bool = False
+    max_messages: int | None = None
+    max_in_flight: int = 100
+    window: float = 5.0
+    max_attempts: int | None = None
+    requeue_delay_ms: int = 0
+    max_requeue_delay_ms: int = 3_600_000
+    keep_results: bool = False
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    result: Any = None
+    error: BaseException | None = None
+
+
+class ConsumeApply:
+    """One consume-and-apply run (see the module's docstring): :meth:`run` starts the
+    consumer, applies, closes the consumer and returns the summary.
+
+    :param consumer: a consumer not yet started (it is started, then closed, by :meth:`run`).
+    :param function: called with one record (or a list of them, ``batch``): the dicts of
+        :func:`~..records.message_record`, never the live message, so it cannot answer
+        nsqd from its thread.
+    :param topic: the topic the consumer reads (named in records and envelopes).
+    :param channel: its channel.
+    :param settings: how to take and answer messages.
+    :param dead_letters: where to set aside messages past ``max_attempts`` (None: stop
+        the run instead).
+    :param error_text: an error's text as it may be published (mask secrets here).
+    :param by: who runs this, written into envelopes (``dag_id``, ``task_id``, ``run_id``).
+    :param metrics: told what happened as it happens.
+    :param stopping: polled between waits; True ends the run at once (``ended="stopped"``),
+        what is held handed back.
+    """
+
+    def __init__(
+        self,
+        consumer: NSQConsumer,
+        function: Callable[[Any], Any],
+        *,
+        topic: str,
+        channel: str,
+        settings: ApplySettings,
+        dead_letters: DeadLetterPublisher | None = None,
+        error_text: Callable[[BaseException], str] = str,
+        by: Mapping[str, Any] | None = None,
+        metrics: ApplyMetrics | None = None,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.consumer = consumer
+        self.function = function
+        self.topic = topic
+        self.channel = channel
+        self.settings = settings
+        self.dead_letters = dead_letters
+        self.error_text = error_text
+        self.by = dict(by or {})
+        self.metrics: ApplyMetrics = metrics or _NoMetrics()
+        self.stopping = stopping
+        self.summary = ApplySummary()
+        cap_ms = max(settings.max_requeue_delay_ms, 1)
+        self._backoff = (
+            Backoff(settings.requeue_delay_ms / 1000, cap_ms / 1000)
+            if settings.requeue_delay_ms > 0
+            else None
+        )
+        self._thread = FunctionThread(f"nsq-apply-{topic}-{channel}")
+        self._held: deque[NSQMessage] = deque()  # read, not yet handed to the function
+        self._budget = -1  # the in-flight budget last set
+        self._next_io = 0.0  # when the consumer's I/O is due next (monotonic)
+
+    def run(self) -> ApplySummary:
+        """Start the consumer, apply until the run ends, close the consumer (which REQs
+        what was not answered). Raises :class:`NSQPoisonMessageError` when a message past
+        ``max_attempts`` could not be set aside, and whatever stopped the run otherwise."""
+        started = False
+        try:
+            self._budget = self._wanted_budget()
+            self.consumer.start(self._budget)
+            started = True
+            self.summary.ended = self._loop()
+        finally:
+            try:
+                if started:
+                    self._drain()
+                self.consumer.close()
+            finally:
+                self._thread.stop()
+                if self.dead_letters is not None:
+                    self.dead_letters.close()
+        return self.summary
+
+    def _drain(self) -> None:
+        """RDY 0, then take in what nsqd sent before it read it, so that ``close()``
+        REQs those too. ``close()`` REQs only what it has read when it sends CLS; a
+        message still on the wire then stays in flight at nsqd, which does not requeue
+        a closed connection's messages, until its msg_timeout (60 s by default). NSQ
+        does not acknowledge RDY: nothing more comes once :data:`DRAIN_S` passed with
+        nothing (the round trip, on any network the task and nsqd share)."""
+        try:
+            self.consumer.set_max_in_flight(0)
+            deadline = time.monotonic() + DRAIN_S * 8
+            while self.consumer.read(DRAIN_S) and time.monotonic() < deadline:
+                pass
+        except Exception as exc:  # the run already ended; close() still REQs what it can
+            log.debug("Could not drain %s/%s before closing: %s", self.topic, self.channel, exc)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _loop(self) -> Ended:
+        idle_since = time.monotonic()
+        while True:
+            if self.stopping():
+                return "stopped"
+            left = self._left()
+            if left == 0:
+                return "max_messages"
+            self._set_budget()
+            self._keep_alive(when_due=True)
+            if not self._held:
+                idle_left = self.settings.window - (time.monotonic() - idle_since)
+                if idle_left <= 0:
+                    return "window"
+                if self._read(min(READ_SLICE_S, idle_left)):
+                    idle_since = time.monotonic()
+                continue
+            group = self._next_group(left)
+            outcome = self._apply(group)
+            if outcome is None:
+                return "stopped"
+            self._settle(group, outcome)
+            idle_since = time.monotonic()
+
+    def _left(self, answering: int = 0) -> int | None:
+        """Deliveries the run may still answer (None: no limit), once ``answering``
+        more are answered."""
+        limit = self.settings.max_messages
+        return None if limit is None else max(limit - self.summary.messages - answering, 0)
+
+    def _wanted_budget(self, answering: int = 0) -> int:
+        left = self._left(answering)
+        return (
+            self.settings.max_in_flight if left is None else min(self.settings.max_in_flight, left)
+        )
+
+    def _set_budget(self, answering: int = 0) -> None:
+        """Never more in flight than the run may still answer: what it holds counts
+        against nsqd's RDY, so ``answered + held <= max_messages``. Called before
+        messages are answered (``answering``), so nsqd reads the lower RDY before the
+        FIN or REQ that frees room."""
+        budget = self._wanted_budget(answering)
+        if budget != self._budget:
+            self.consumer.set_max_in_flight(budget)
+            self._budget = budget
+
+    def _read(self, timeout: float) -> bool:
+        """Take what was delivered (waiting up to ``timeout`` for the first)."""
+        got = self.consumer.read(timeout)
+        self._held.extend(got)
+        self._touch()
+        return bool(got)
+
+    def _next_group(self, left: int | None) -> list[NSQMessage]:
+        """The next message, or the next batch: what is held, then what arrives until
+        the batch is full or nothing came for :data:`BATCH_GATHER_S`."""
+        if not self.settings.batch:
+            return [self._held.popleft()]
+        size = (
+            self.settings.max_in_flight if left is None else min(self.settings.max_in_flight, left)
+        )
+        while len(self._held) < size and self._read(BATCH_GATHER_S):
+            pass
+        return [self._held.popleft() for _ in range(min(size, len(self._held)))]
+
+    # -- calling the function, keeping the consumer alive meanwhile ----------------------
+
+    def _apply(self, group: list[NSQMessage]) -> _Outcome | None:
+        """Call the function on ``group``'s records; None when the run was stopped
+        while it ran (its messages are then handed back by ``close()``)."""
+        records = [message_record(m, self.topic, self.channel) for m in group]
+        started = time.monotonic()
+        future: Future = self._thread.submit(
+            self.function, records if self.settings.batch else records[0]
+        )
+        while not wait([future], timeout=self._slice()).done:
+            if self.stopping():
+                return None
+            self._keep_alive()
+        self.metrics.time("apply_duration", time.monotonic() - started)
+        error = future.exception()
+        return _Outcome(error=error) if error is not None else _Outcome(result=future.result())
+
+    def _slice(self) -> float:
+        return max(min(KEEP_ALIVE_S, self._next_io - time.monotonic()), 0.01)
+
+    def _keep_alive(self, when_due: bool = False) -> None:
+        """The consumer's I/O: answer heartbeats and take in deliveries (``pump``), then
+        TOUCH what is due; with ``when_due``, only once :data:`KEEP_ALIVE_S` (or a
+        TOUCH) is due, so a fast function costs no extra I/O per message."""
+        if when_due and time.monotonic() < self._next_io:
+            return
+        self.consumer.pump()
+        self._touch()
+
+    def _touch(self) -> None:
+        """TOUCH held messages a third of msg_timeout old; schedule the next I/O."""
+        touched = self.consumer.touch_held()
+        self._next_io = time.monotonic() + min(KEEP_ALIVE_S, touched.next_in)
+
+    # -- answering -----------------------------------------------------------------------
+
+    def _settle(self, group: list[NSQMessage], outcome: _Outcome) -> None:
+        self._set_budget(answering=len(group))
+        summary = self.summary
+        summary.messages += len(group)
+        summary.nsqds.update(m.nsqd or "" for m in group)
+        if outcome.error is None:
+            self._keep_result(group, outcome.result)
+            for message in group:
+                answer_or_log(message, "FIN", message.finish)
+            summary.applied += len(group)
+            self.metrics.count("applied", len(group))
+            oldest = min(m.timestamp for m in group)
+            self.metrics.time("delay", time.time() - oldest / 1e9)
+            return
+        error = outcome.error
+        log.warning(
+            "%s failed (%s: %s)",
+            f"A batch of {len(group)}" if self.settings.batch else f"Message {group[0].id}",
+            type(error).__name__,
+            self.error_text(error),
+        )
+        poison: NSQPoisonMessageError | None = None
+        limit = self.settings.max_attempts
+        for message in group:
+            if limit is not None and message.attempts >= limit:
+                failure = self._set_aside(message, error)
+                if failure is None:
+                    continue
+                poison = poison or failure
+            self._requeue(message)
+            summary.requeued += 1
+            self.metrics.count("requeued", 1)
+        if poison is not None:
+            raise poison
+
+    def _keep_result(self, group: list[NSQMessage], result: Any) -> None:
+        if not self.settings.keep_results or result is None:
+            return
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            for message in group:
+                answer_or_log(message, "REQ", message.requeue)
+            raise NSQValueError(
+                f"the function returned a {type(result).__name__}, which cannot be kept as "
+                f"a JSON result ({exc}); its message(s) were handed back (REQ): return "
+                "JSON-serialisable values (or None) with return_apply_function_results"
+            ) from None
+        self.summary.results.append(result)
+
+    def _requeue(self, message: NSQMessage) -> None:
+        delay_ms = 0
+        if self._backoff is not None:
+            delay_ms = round(self._backoff.nth(max(message.attempts, 1)) * 1000)
+        answer_or_log(message, "REQ", lambda: message.requeue(delay_ms))
+
+    def _set_aside(self, message: NSQMessage, error: BaseException) -> NSQPoisonMessageError | None:
+        """Publish ``message`` to the dead-letter topic and FIN it; the error to stop
+        the run with when it could not be."""
+        nsqd = message.nsqd or ""
+        if self.dead_letters is None:
+            self.metrics.count("exhausted", 1)
+            return NSQPoisonMessageError(
+                message.id, nsqd, message.attempts, "no dead_letter_topic is set"
+            )
+        envelope = dead_letter_envelope(
+            message, self.topic, self.channel, error, error_text=self.error_text(error), by=self.by
+        )
+        try:
+            self.dead_letters.publish(envelope)
+        except NSQError as exc:
+            self.metrics.count("dead_letter_failed", 1)
+            return NSQPoisonMessageError(
+                message.id,
+                nsqd,
+                message.attempts,
+                f"could not be published to the dead-letter topic {self.dead_letters.topic} "
+                f"({exc})",
+            )
+        answer_or_log(message, "FIN", message.finish)
+        self.summary.dead_lettered += 1
+        self.metrics.count("dead_lettered", 1)
+        log.warning(
+            "Message %s from %s failed delivery %s: published to %s",
+            message.id,
+            nsqd,
+            message.attempts,
+            self.dead_letters.topic,
+        )
+        return None

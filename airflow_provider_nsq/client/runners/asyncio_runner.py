@@ -1,0 +1,159 @@
+"""The asyncio runner: performs :mod:`.steps` on the event loop, without threads.
+
+Every nsqd is connected at once (one task each), every sequence of a
+:class:`~.steps.Gather` runs as a task of its own, and a :class:`~.steps.Wait` ends when
+a connection wakes the runner (its ``on_wake``: messages arrived, or it failed).
+Heartbeats are answered by the event loop as they arrive, whatever the caller does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, TypeVar
+
+from ...protocol.errors import NSQError
+from ..drivers.asyncio_driver import AsyncNSQConnection
+from ..settings.client_config import ClientConfig
+from ..transport.http_request import HTTPRequest, asend_request
+from .steps import (
+    Close,
+    Connect,
+    Gather,
+    Now,
+    Opened,
+    Send,
+    StartClose,
+    Step,
+    Steps,
+    Wait,
+    drive,
+    send,
+)
+
+T = TypeVar("T")
+
+
+class AsyncRunner:
+    """Performs steps on the running event loop. A consumer keeps one (the connections
+    it opens wake it); :func:`arun` is for a one-off sequence."""
+
+    def __init__(self) -> None:
+        self._woken: asyncio.Event | None = None  # made on the loop, at the first use
+
+    async def run(self, steps: Steps[T]) -> T:
+        """Drive ``steps`` to its end on the loop: do each step's I/O, send back its
+        outcome (or throw its error in), return what the sequence returns."""
+        outcome: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = steps.throw(error) if error is not None else steps.send(outcome)
+            except StopIteration as done:
+                return done.value
+            error = None
+            try:
+                outcome = await self.perform(step)
+            except BaseException as exc:  # also a cancellation: the sequence cleans up
+                error = exc
+
+    def run_now(self, steps: Steps[T]) -> T:
+        """Drive a sequence that only writes (:class:`~.steps.Send`, an aborting
+        :class:`~.steps.Close`; :class:`~.steps.Now`) to its end at once, without the
+        loop: the asyncio drivers' writes never wait."""
+        return drive(steps, self._perform_now)
+
+    async def perform(self, step: Step) -> Any:
+        """Do one step's I/O; its outcome (see :mod:`.steps`)."""
+        if isinstance(step, (Now, Send)):
+            return self._perform_now(step)
+        if isinstance(step, Wait):
+            return await self._wait(step.timeout)
+        if isinstance(step, HTTPRequest):
+            return await asend_request(step)
+        if isinstance(step, Connect):
+            return await self._open_all(step)
+        if isinstance(step, Gather):
+            outcomes = await asyncio.gather(
+                *(self.run(s) for s in step.sequences), return_exceptions=True
+            )
+            _raise_unexpected(outcomes)
+            return outcomes
+        if isinstance(step, StartClose):
+            closing = (conn.start_close() for conn in step.connections)
+            outcomes = await asyncio.gather(*closing, return_exceptions=True)
+            _raise_unexpected(outcomes)
+            return outcomes
+        assert isinstance(step, Close), step
+        if step.abort:
+            return self._perform_now(step)
+        for conn in step.connections:
+            await conn.close()
+        return None
+
+    def _perform_now(self, step: Step) -> Any:
+        if isinstance(step, Now):
+            return time.monotonic()
+        if isinstance(step, Send):
+            return send(step)
+        if isinstance(step, Close) and step.abort:
+            for conn in step.connections:
+                conn.abort()
+            return None
+        raise TypeError(f"{type(step).__name__} cannot be done without the event loop")
+
+    @property
+    def _event(self) -> asyncio.Event:
+        if self._woken is None:
+            self._woken = asyncio.Event()
+        return self._woken
+
+    def _wake(self) -> None:
+        """A connection's ``on_wake``: messages arrived, or it failed."""
+        self._event.set()
+
+    async def _wait(self, timeout: float) -> float:
+        event = self._event
+        event.clear()
+        try:
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await event.wait()
+        except TimeoutError:
+            pass
+        return time.monotonic()
+
+    async def _open_all(self, step: Connect) -> Opened:
+        opening = (self._open(c, step.topic, step.channel) for c in step.configs)
+        results = await asyncio.gather(*opening, return_exceptions=True)
+        try:
+            _raise_unexpected(results)
+        except BaseException:  # as the blocking runner does: close what opened, raise
+            for result in results:
+                if isinstance(result, AsyncNSQConnection):
+                    await result.close()
+            raise
+        return Opened(tuple(results), time.monotonic())
+
+    async def _open(self, config: ClientConfig, topic: str, channel: str) -> AsyncNSQConnection:
+        conn = AsyncNSQConnection(config)
+        conn.on_wake = self._wake
+        try:
+            await conn.connect()
+            await conn.subscribe(topic, channel)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+
+async def arun(steps: Steps[T]) -> T:
+    """Drive ``steps`` on the running loop (a sequence of HTTP calls: no state to keep)."""
+    return await AsyncRunner().run(steps)
+
+
+def _raise_unexpected(outcomes: list[Any]) -> None:
+    """Raise the first exception among ``outcomes`` that is not the peer's fault (a
+    cancellation, a bug): only an :class:`NSQError` is carried as an outcome."""
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, NSQError):
+            raise outcome

@@ -1,0 +1,215 @@
+"""Steps: the I/O a sequence asks for, so that what both the blocking and the asyncio
+client do is written once.
+
+A sequence (the consumer's window, stream and close; nsqd's HTTP API; an nsqlookupd
+lookup; a channel's depth) is a generator that yields steps and is sent their outcomes,
+or has their error thrown in. It never touches a socket and never reads the clock: where
+it needs the time, it asks (:data:`NOW`), or a step's outcome carries it. One runner per
+I/O style performs the steps, each its own way, and is the only code that waits:
+
+==============  ==========================================  ==============================
+step            :class:`~.blocking_runner.BlockingRunner`   :class:`~.asyncio_runner.AsyncRunner`
+==============  ==========================================  ==============================
+Now             ``time.monotonic()``                        the same
+HTTPRequest     one socket, h11 (``http.send_request``)     one stream, h11
+Gather          one short-lived thread per sequence,        one task per sequence
+                joined before it returns
+Connect         every TCP connect and handshake at once     one task per nsqd
+                over a selector, then SUB each
+Wait            a selector over the sockets; reads them     the connections' wake-ups
+Send            the drivers' writes (RDY, FIN, REQ, TOUCH)  the same writes (into the
+                                                            transports' buffers)
+StartClose      CLS each; reads what came before            CLS every connection at once
+                CLOSE_WAIT
+Close           close (or abort) each                       close (or abort) each
+==============  ==========================================  ==============================
+
+Both runners carry the same outcomes: a connection that could not be opened is the
+:class:`NSQError` that stopped it; anything else (an interrupt, a cancellation, a bug) is
+raised, after closing what the step opened.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from ...protocol.errors import NSQError
+from ..message import NSQMessage, by_connection
+from ..transport.http_request import HTTPRequest
+
+if TYPE_CHECKING:
+    from ..settings.client_config import ClientConfig
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """What time is it. Outcome: ``time.monotonic()`` seconds (a sequence never reads
+    the clock itself, so a test can run it on a clock of its own)."""
+
+
+#: The one :class:`Now` step.
+NOW = Now()
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """Run these sequences at the same time. Outcome: per sequence, in order, what it
+    returned or the :class:`NSQError` that ended it (any other exception is raised).
+
+    Only for sequences of :class:`~..transport.http_request.HTTPRequest` and :class:`Gather` steps (HTTP
+    calls): the blocking runner runs each on a thread of its own.
+    """
+
+    sequences: tuple[Steps[Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open one connection per config at the same time, run its handshake and SUB it to
+    ``topic``/``channel``. Outcome: :class:`Opened`. The asyncio runner sets each
+    connection's ``on_wake`` (a :class:`Wait` ends when one wakes)."""
+
+    configs: tuple[ClientConfig, ...]
+    topic: str
+    channel: str
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """What :class:`Connect` did: per config, in order, the subscribed connection or the
+    :class:`NSQError` that stopped it (that connection is closed); and the time it ended
+    (``time.monotonic()`` seconds)."""
+
+    results: tuple[Any, ...]
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait up to ``timeout`` seconds for one of ``connections`` to deliver or fail (none
+    given: just wait). The blocking runner reads what arrived (answering heartbeats as it
+    does); the asyncio event loop reads all the time. Outcome: the time the wait ended
+    (``time.monotonic()`` seconds)."""
+
+    timeout: float
+    connections: tuple[Any, ...]
+
+
+Verb = Literal["RDY", "FIN", "REQ", "TOUCH"]
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One command on one connection: ``RDY count``, or FIN, REQ (after ``count``
+    milliseconds) or TOUCH of ``messages`` (all delivered on that connection), in one
+    write."""
+
+    connection: Any
+    verb: Verb
+    messages: Sequence[NSQMessage] = ()
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Write these commands, none waiting for an answer (nsqd answers none of them).
+    Outcome: per write, in order, None or the :class:`NSQError` it raised."""
+
+    writes: tuple[Write, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StartClose:
+    """CLS each connection and wait for nsqd's CLOSE_WAIT (the blocking runner then reads
+    what nsqd sent before it). Outcome: per connection, None or the :class:`NSQError`."""
+
+    connections: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close each connection (it REQs what it still holds itself); with ``abort``, drop
+    each at once, answering nothing (connections that failed). Outcome: None."""
+
+    connections: tuple[Any, ...]
+    abort: bool = False
+
+
+Step = Now | HTTPRequest | Gather | Connect | Wait | Send | StartClose | Close
+#: A sequence written as steps: it yields steps, is sent their outcomes, returns a T.
+Steps = Generator[Step, Any, T]
+
+
+def drive(steps: Steps[T], perform: Callable[[Step], Any]) -> T:
+    """Run ``steps`` to its end where every step is done by the time ``perform`` returns
+    (the blocking runner; the asyncio runner for a sequence of writes): send each
+    outcome back, or throw the step's error in; return what the sequence returns."""
+    try:
+        step = next(steps)
+        while True:
+            try:
+                outcome = perform(step)
+            except BaseException as exc:  # also an interrupt: the sequence cleans up
+                step = steps.throw(exc)
+            else:
+                step = steps.send(outcome)
+    except StopIteration as done:
+        return done.value
+
+
+def send(step: Send) -> list[NSQError | None]:
+    """Perform a :class:`Send`, the same way in both runners: the drivers' RDY, FIN, REQ
+    and TOUCH write at once (asyncio: into the transport's buffer, never waiting; blocking:
+    a socket write, bounded by ``read_timeout``)."""
+    outcomes: list[NSQError | None] = []
+    for write in step.writes:
+        conn = write.connection
+        try:
+            if write.verb == "RDY":
+                conn.ready(write.count)
+            elif write.verb == "FIN":
+                conn.finish(*write.messages)
+            elif write.verb == "REQ":
+                conn.requeue(*write.messages, delay_ms=write.count)
+            else:
+                conn.touch(*write.messages)
+        except NSQError as exc:
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+    return outcomes
+
+
+def answers(messages: Sequence[NSQMessage], verb: Verb, delay_ms: int = 0) -> tuple[Write, ...]:
+    """FIN, REQ or TOUCH ``messages`` as writes: one per connection that delivered them
+    (messages of a connection that is gone are left out, with a warning)."""
+    return tuple(Write(conn, verb, group, delay_ms) for conn, group in by_connection(messages))
+
+
+def one(step: Step) -> Steps[Any]:
+    """A sequence of the one ``step``, returning its outcome."""
+    return (yield step)
+
+
+def fail_on_error(outcomes: Sequence[NSQError | None]) -> None:
+    """Raise the first error among a :class:`Send`'s outcomes."""
+    for outcome in outcomes:
+        if outcome is not None:
+            raise outcome
+
+
+def answer(messages: Sequence[NSQMessage], verb: Verb, delay_ms: int = 0) -> None:
+    """FIN, REQ or TOUCH ``messages`` now, each on the connection that delivered it, one
+    write per connection: the batch form of the messages' own ``finish()``,
+    ``requeue(delay_ms)`` and ``touch()``, performed as a runner performs a
+    :class:`Send`. Raises the first write's error."""
+    writes = answers(messages, verb, delay_ms)
+    if writes:
+        fail_on_error(send(Send(writes)))
