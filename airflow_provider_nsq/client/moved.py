@@ -50,7 +50,6 @@ MOVED: dict[str, str] = {
     "consume_apply": "holding.apply",
     "function_thread": "holding.function_thread",
     "dead_letters": "holding.dead_letters",
-    "in_flight": "holding.in_flight",
 }
 
 

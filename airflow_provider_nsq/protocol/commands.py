@@ -1,4 +1,4 @@
-"""Encoders for the commands a client sends (tests/conformance/transcripts/FACTS.md section 1).
+"""Encoders for the commands a client sends (docs/nsqd-facts.md section 1).
 
 A command is a text line ending in ``\\n``; PUB, DPUB, MPUB, IDENTIFY and AUTH follow it
 with ``[u32be length][bytes]``. MPUB's body is ``[u32be count]`` then ``count`` times

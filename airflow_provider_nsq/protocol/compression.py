@@ -1,4 +1,4 @@
-"""Stream codecs for the negotiated compression (tests/conformance/transcripts/FACTS.md section 8).
+"""Stream codecs for the negotiated compression (docs/nsqd-facts.md section 8).
 
 Both are pure transforms of one direction's byte stream; the connection core applies
 them, the drivers never see them.

@@ -11,7 +11,7 @@ The driver pumps bytes; this object does everything else::
             if isinstance(event, StartTLS): ...wrap the socket...; conn.tls_established()
         sock.sendall(conn.data_to_send())
 
-Handshake (tests/conformance/transcripts/FACTS.md sections 4, 8, 9): magic, IDENTIFY, then,
+Handshake (docs/nsqd-facts.md sections 4, 8, 9): magic, IDENTIFY, then,
 as the IDENTIFY response negotiates them, TLS (the driver wraps its transport when asked),
 snappy or deflate (applied here, on both directions, at the exact byte where nsqd switches),
 and AUTH when nsqd says ``auth_required``.
@@ -67,7 +67,7 @@ class ConnectionState(enum.Enum):
 
 _NEW, _HANDSHAKING, _READY, _SUBSCRIBED, _CLOSING, _CLOSED, _FAILED = ConnectionState
 
-# Which state each command may be sent in (tests/conformance/transcripts/FACTS.md section 2).
+# Which state each command may be sent in (docs/nsqd-facts.md section 2).
 _ALLOWED: dict[str, frozenset[ConnectionState]] = {
     "SUB": frozenset({_READY}),
     "RDY": frozenset({_SUBSCRIBED, _CLOSING}),
@@ -413,7 +413,7 @@ class ClientConnection:
 
     def fin_many(self, raw_ids: Sequence[bytes]) -> None:
         """FIN several messages in one write (what keeps nsqd fast:
-        tests/conformance/transcripts/FACTS.md sec. 6)."""
+        docs/nsqd-facts.md sec. 6)."""
         self._check("FIN")
         self._queue(commands.encode_fin_many(raw_ids))
 

@@ -1,9 +1,9 @@
 """Wire constants of the NSQ TCP protocol ("  V2"), as nsqd 1.3.0 has them.
 
-Sources: ``tests/conformance/transcripts/FACTS.md`` (section numbers below) and the
+Sources: the nsqd facts (docs/nsqd-facts.md) (section numbers below) and the
 recordings beside it.
 
-Server frame (tests/conformance/transcripts/FACTS.md section 1)::
+Server frame (docs/nsqd-facts.md section 1)::
 
     [ u32be size ][ u32be frame_type ][ payload ... ]      size = 4 + len(payload)
 
@@ -33,7 +33,7 @@ FRAME_HEADER_SIZE = 8  # size + frame type
 MESSAGE_HEADER_SIZE = 26  # timestamp (8) + attempts (2) + id (16)
 MESSAGE_ID_LENGTH = 16
 
-# nsqd defaults (tests/conformance/transcripts/FACTS.md section 6); every one is a flag a
+# nsqd defaults (docs/nsqd-facts.md section 6); every one is a flag a
 # server may change.
 DEFAULT_MAX_MSG_SIZE = 1_048_576  # --max-msg-size
 DEFAULT_MAX_BODY_SIZE = 5_242_880  # --max-body-size
@@ -64,5 +64,5 @@ DEFAULT_MAX_FRAME_SIZE = DEFAULT_MAX_MSG_SIZE + 4 + MESSAGE_HEADER_SIZE
 HTTP_AS_FRAME_SIZE = int.from_bytes(b"HTTP", "big")
 
 # Only these three error codes leave the connection open
-# (tests/conformance/transcripts/FACTS.md section 3).
+# (docs/nsqd-facts.md section 3).
 NON_FATAL_ERROR_CODES = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})

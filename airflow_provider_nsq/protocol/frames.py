@@ -1,6 +1,6 @@
 """Server frames: values, an incremental decoder, and encoders (for servers and tests).
 
-Layout (tests/conformance/transcripts/FACTS.md section 1)::
+Layout (docs/nsqd-facts.md section 1)::
 
     frame    = [u32be size][u32be frame_type][payload]     size = 4 + len(payload)
     message  = [i64be timestamp_ns][u16be attempts][16-byte id][body]

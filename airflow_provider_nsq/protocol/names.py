@@ -1,4 +1,4 @@
-"""Topic and channel names (tests/conformance/transcripts/FACTS.md section 5).
+"""Topic and channel names (docs/nsqd-facts.md section 5).
 
 nsqd accepts ``^[.a-zA-Z0-9_-]+(#ephemeral)?$`` and 1 to 64 characters, the
 ``#ephemeral`` suffix included.

@@ -8,7 +8,7 @@ Where each piece runs and where the rows live:
   ``python_streaming_source_runner``); :class:`NSQStreamReader` runs there for the whole
   query. It reads through the project's consumer
   (:class:`~..client.consumer.NSQConsumer`: every nsqd listed, or found through
-  nsqlookupd and re-polled), and a :class:`~..client.holding.in_flight.InFlightHolder` keeps every
+  nsqlookupd and re-polled), and a :class:`~.held_batches.HeldBatches` keeps every
   delivered message in flight on the connection that received it.
 - ``latestOffset`` cuts the next batch from the delivered messages (bounded by
   ``max_messages_per_batch`` and ``max_bytes_per_batch``), turns it into Arrow and keeps
@@ -54,9 +54,9 @@ from pyspark.sql.types import (
 )
 
 from ..client.consumer import NSQConsumer
-from ..client.holding.in_flight import InFlightHolder
 from ..client.message import NSQMessage
 from ..protocol.errors import NSQValueError
+from .held_batches import HeldBatches
 from .progress import report_batch
 from .reader_options import NSQReadOptions
 from .versions import stream_reader_too_old
@@ -178,7 +178,7 @@ class _Run:
         self.options = options
         self.token = uuid.uuid4().hex[:12]  # tells this run's offsets from a restart's
         consumer = NSQConsumer(options.topic, options.channel, **options.consumer_options())
-        self.holder = InFlightHolder(
+        self.holder = HeldBatches(
             consumer,
             max_in_flight=options.max_in_flight,
             # Room for the batch Spark runs and the next one, as for the count.

@@ -1,6 +1,6 @@
 """AUTH helpers for tests: a static authorizer and an nsqd-compatible auth HTTP server.
 
-Both answer the way nsqd's auth protocol expects (tests/conformance/transcripts/FACTS.md
+Both answer the way nsqd's auth protocol expects (docs/nsqd-facts.md
 section 9)::
 
     secrets = {"good": {"ttl": 3600, "identity": "alice", "identity_url": "",

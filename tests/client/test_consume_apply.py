@@ -41,7 +41,8 @@ def test_an_envelope_is_the_record_plus_what_happened_with_the_error_cut():
         message,
         "orders",
         "warehouse",
-        ValueError("x" * 5000),
+        "max_attempts",
+        error=ValueError("x" * 5000),
         by={"dag_id": "d"},
         failed_at_ns=1_700_000_001_000_000_000,
     )
@@ -54,6 +55,7 @@ def test_an_envelope_is_the_record_plus_what_happened_with_the_error_cut():
         "topic": "orders",
         "channel": "warehouse",
         "nsqd": "",
+        "reason": "max_attempts",
         "error": {"type": "ValueError", "message": "x" * (MAX_ERROR_CHARS - 3) + "..."},
         "failed_at": 1_700_000_001_000_000_000,
         "by": {"dag_id": "d"},

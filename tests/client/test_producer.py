@@ -1,11 +1,14 @@
-"""``NSQProducer``: failover before the command is written, never after it."""
+"""``NSQProducer`` and ``AsyncNSQProducer``: failover before the command is written,
+never after it."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.client.producer import NSQProducer, nsqd_addresses
+from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer, nsqd_addresses
 from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError
 from tests.client.net import TCPProxy, closed_port
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
@@ -103,3 +106,78 @@ def test_a_connections_nsqd_list_is_its_host_first_then_the_extra_deduplicated()
     assert nsqd_addresses(config) == ["a:4150"]
     assert nsqd_addresses(config, "b:1, a:4150, c, b:1") == ["a:4150", "b:1", "c:4150"]
     assert nsqd_addresses(config, ["[::1]:5"]) == ["a:4150", "[::1]:5"]
+
+
+# -- the asyncio sibling: the same policy on the event loop ------------------------------
+
+
+def test_async_a_dead_first_nsqd_is_skipped_and_the_publish_lands_on_the_next(
+    nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=2)
+    dead = f"127.0.0.1:{closed_port()}"
+
+    async def publish() -> str | None:
+        async with AsyncNSQProducer([dead, *topology.nsqd_tcp_addresses]) as producer:
+            await producer.publish(nsq_topic, b"one")
+            await producer.defer_publish(nsq_topic, b"two", 0)
+            assert await producer.multi_publish(nsq_topic, [b"three", b"four"]) == 1
+            return producer.address
+
+    assert asyncio.run(publish()) == topology.nsqd_tcp_addresses[0]
+    first, second = topology.nsqds
+    first.wait_for(lambda: depth(first, nsq_topic) == 4)
+    assert depth(second, nsq_topic) == 0
+
+
+def test_async_a_failure_after_the_command_was_written_is_an_unknown_outcome(
+    nsq_topology, nsq_topic
+) -> None:
+    topology = nsq_topology(n=1)
+
+    def swallow(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command()[0] == f"PUB {nsq_topic}"
+        peer.reset()
+
+    async def publish(addresses: list[str]) -> None:
+        async with AsyncNSQProducer(addresses) as producer:
+            await producer.publish(nsq_topic, b"maybe")
+
+    with ScriptedNSQD(swallow) as server:
+        addresses = [f"127.0.0.1:{server.port}", *topology.nsqd_tcp_addresses]
+        with pytest.raises(NSQConnectionError) as info:
+            asyncio.run(publish(addresses))
+    text = str(info.value)
+    assert "outcome is unknown" in text and f"127.0.0.1:{server.port}" in text
+    assert depth(topology.nsqds[0], nsq_topic) == 0
+
+
+def test_async_nsqds_refusal_is_its_answer(nsq_topology, nsq_topic) -> None:
+    topology = nsq_topology(n=1)
+
+    def refuse(peer: Peer) -> None:
+        peer.handshake()
+        peer.read_command()
+        peer.send_error("E_PUB_FAILED", "PUB failed exiting")
+
+    async def publish(addresses: list[str]) -> None:
+        async with AsyncNSQProducer(addresses) as producer:
+            await producer.publish(nsq_topic, b"x")
+
+    with ScriptedNSQD(refuse) as server, pytest.raises(NSQServerError) as info:
+        asyncio.run(publish([f"127.0.0.1:{server.port}", *topology.nsqd_tcp_addresses]))
+    assert info.value.code == "E_PUB_FAILED"
+    assert depth(topology.nsqds[0], nsq_topic) == 0
+
+
+def test_async_no_nsqd_reachable_names_each() -> None:
+    dead = [f"127.0.0.1:{closed_port()}", f"127.0.0.1:{closed_port()}"]
+
+    async def publish() -> None:
+        async with AsyncNSQProducer(dead) as producer:
+            await producer.publish("t", b"x")
+
+    with pytest.raises(NSQConnectionError) as info:
+        asyncio.run(publish())
+    assert all(a in str(info.value) for a in dead)

@@ -20,7 +20,7 @@ from .ledger import TOUCH_AFTER_SHARE
 from .pool import Contact
 from .rdy_plan import IDLE_AFTER_S, REBALANCE_INTERVAL_S, ROTATE_INTERVAL_S, SETTLE_S
 from .sequences import ConsumerSteps, Touched
-from .state import ConsumerState
+from .state import CallingAs, ConsumerState
 
 __all__ = [
     "DEFAULT_LOOKUPD_POLL_INTERVAL_S",
@@ -32,6 +32,7 @@ __all__ = [
     "TOUCH_AFTER_SHARE",
     "UNREACHABLE",
     "AsyncNSQConsumer",
+    "CallingAs",
     "ConsumerState",
     "ConsumerSteps",
     "Contact",

@@ -249,7 +249,7 @@ class Connections(Generic[Conn]):
 
     def stop_delivery_steps(self, now: float) -> Steps[list[NSQMessage]]:
         """CLS every open connection (nsqd stops delivering: CLS sets RDY 0,
-        tests/conformance/transcripts/FACTS.md section 6, so nothing REQ'd after it is
+        docs/nsqd-facts.md section 6, so nothing REQ'd after it is
         handed straight back); what they delivered before nsqd read it."""
         self.planner.budget = 0
         self.streaming = False

@@ -163,6 +163,17 @@ class ConsumerSteps(Generic[Conn]):
         with its runner (the asyncio one only for sequences that write)."""
         raise NotImplementedError
 
+    # -- who may call it ---------------------------------------------------------------
+
+    def held_by(self, holder: object) -> None:
+        """From now on only ``holder`` calls this consumer (inside
+        :class:`~.state.CallingAs`); any other caller gets an NSQStateError naming it.
+        A consumer is held once, by one holder."""
+        current = self._life.holder
+        if current is not None and current is not holder:
+            raise NSQStateError(f"this consumer is held by {current!r} already")
+        self._life.holder = holder
+
     # -- what callers can see --------------------------------------------------------
 
     @property

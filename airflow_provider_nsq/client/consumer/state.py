@@ -21,6 +21,7 @@ consumer runs windows or one stream, never both; a window that fails still ends
 from __future__ import annotations
 
 import enum
+from contextvars import ContextVar, Token
 
 from ...protocol.errors import NSQStateError
 
@@ -79,18 +80,56 @@ _WHY_IN: dict[ConsumerState, str] = {
 }
 
 
-class Lifecycle:
-    """A consumer's :class:`ConsumerState`, changed only through :meth:`do`."""
+#: The calls a holder makes for its consumer (the consumer's public methods that do I/O).
+HELD_CALLS = frozenset(
+    {"consume", "start", "read", "pump", "set_max_in_flight", "touch_held", "close"}
+)
+#: Who is calling the consumer now: a holder sets itself here around each of its calls
+#: (:class:`CallingAs`). A context variable, so another thread or another asyncio task
+#: that calls the consumer meanwhile is not taken for the holder.
+_CALLER: ContextVar[object | None] = ContextVar("nsq_consumer_caller", default=None)
 
-    __slots__ = ("state",)
+
+class CallingAs:
+    """``with CallingAs(holder):`` the consumer calls made inside are the holder's."""
+
+    __slots__ = ("_token", "holder")
+
+    def __init__(self, holder: object) -> None:
+        self.holder = holder
+        self._token: Token[object | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _CALLER.set(self.holder)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _CALLER.reset(self._token)
+            self._token = None
+
+
+class Lifecycle:
+    """A consumer's :class:`ConsumerState`, changed only through :meth:`do`, and who
+    holds it (:attr:`holder`: while one does, only it may call the consumer)."""
+
+    __slots__ = ("holder", "state")
 
     def __init__(self) -> None:
         self.state = NEW
+        self.holder: object | None = None
 
     def do(self, call: str) -> ConsumerState:
         """Move the state on for ``call`` (a public method's name, or an internal
         ``"window ended"``, ``"started"``, ``"closed"``): the state before it.
-        :class:`NSQStateError` naming both when the call is not possible now."""
+        :class:`NSQStateError` naming both when the call is not possible now, or naming
+        the holder when a held consumer is called by anyone else."""
+        holder = self.holder
+        if holder is not None and call in HELD_CALLS and _CALLER.get() is not holder:
+            raise NSQStateError(
+                f"{call}() was called on a consumer that {holder!r} holds: while a holder "
+                "holds a consumer, only the holder calls it (it reads, TOUCHes, answers "
+                "and closes); call the holder instead"
+            )
         before = self.state
         try:
             self.state = TRANSITIONS[before, call]

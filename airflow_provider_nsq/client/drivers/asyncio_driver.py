@@ -349,6 +349,14 @@ class AsyncNSQConnection(AsyncioIO):
             raise self._closed_error(())
         return core
 
+    async def prepare_publish(self) -> None:
+        """Make the connection ready for the next publish without sending anything: open
+        it, or reopen it when nsqd closed it or it sat idle past nsqd's heartbeat
+        deadline. Raises what (re)opening raises; a publish that follows without an
+        ``await`` in between writes on the connection this made ready."""
+        if self._publishing_core() is None:
+            await self._reconnected_core()
+
     async def publish(self, topic: str, body: bytes) -> None:
         (self._publishing_core() or await self._reconnected_core()).pub(topic, body)
         await self._request()

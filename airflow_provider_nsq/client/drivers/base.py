@@ -50,7 +50,7 @@ def idle_limit_s(config: ClientConfig) -> float | None:
     """Seconds of client silence after which nsqd may already have dropped us.
 
     nsqd closes a connection it has not read a command from for 2 x heartbeat_interval
-    (tests/conformance/transcripts/FACTS.md section 7); we stop trusting it a margin before that.
+    (docs/nsqd-facts.md section 7); we stop trusting it a margin before that.
     """
     hb = config.effective_heartbeat_interval_ms
     if hb <= 0:

@@ -132,8 +132,8 @@ class BlockingIO(AnsweringDriver):
             ) from None
         except OSError as exc:
             # nsqd may have refused the command and closed while we were still writing
-            # (it checks a body's size before reading it: tests/conformance/transcripts/
-            # FACTS.md section 3): its error frame is probably waiting to be read.
+            # (it checks a body's size before reading it: docs/nsqd-facts.md
+            # section 3): its error frame is probably waiting to be read.
             self._read_answer(0.5)
             raise NSQConnectionClosedError(
                 f"connection to nsqd at {self.config.address} broke while writing: "

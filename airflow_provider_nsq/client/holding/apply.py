@@ -16,11 +16,10 @@ How a message is answered:
   still running at a timeout, messages read ahead), is REQ'd by the consumer's
   ``close()``.
 
-Threads: the function runs on a :class:`~.function_thread.FunctionThread`; every byte
-the consumer writes or reads (FIN, REQ, TOUCH, heartbeats, RDY) stays on the caller's
-thread, which waits for the function in slices of at most :data:`KEEP_ALIVE_S` and in
-between answers heartbeats (``pump()``) and TOUCHes what has been held for a third of
-msg_timeout (``touch_held()``).
+Threads: the function runs on a :class:`~.function_thread.FunctionThread`; the consumer
+is held by a :class:`~.holder.MessageHolder` on the caller's thread, which waits for
+the function in slices of at most :data:`~.holder.KEEP_ALIVE_S` and in between answers
+heartbeats and TOUCHes what has been held for a third of msg_timeout.
 
 The run ends after ``max_messages`` messages were answered, or once ``window`` seconds
 passed with nothing to do (no message in hand, none delivered).
@@ -33,30 +32,26 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, Protocol
 
-from ...protocol.errors import NSQError, NSQPoisonMessageError, NSQValueError
+from ...protocol.errors import NSQPoisonMessageError, NSQValueError
 from ..backoff import Backoff
 from ..consumer import NSQConsumer
 from ..message import NSQMessage, answer_or_log
 from ..records import message_record
-from .dead_letters import DeadLetterPublisher, dead_letter_envelope
+from .dead_letters import DeadLetterPublisher
 from .function_thread import FunctionThread
+from .holder import MessageHolder
 
 log = logging.getLogger(__name__)
 
-#: While the function runs, the consumer's I/O is done at least this often (seconds),
-#: and sooner when a held message is due for a TOUCH.
-KEEP_ALIVE_S = 0.5
 #: A batch takes what is delivered until it is full or nothing came for this long.
 BATCH_GATHER_S = 0.25
 #: The longest single wait for a delivery, so that a stop request is seen soon.
 READ_SLICE_S = 0.5
-#: At the end of a run, after RDY 0: what nsqd sent before it read it arrives within this.
-DRAIN_S = 0.25
-
 Counted = Literal["applied", "requeued", "dead_lettered", "dead_letter_failed", "exhausted"]
 Timed = Literal["apply_duration", "delay"]
 Ended = Literal["max_messages", "window", "stopped"]
@@ -172,7 +167,7 @@ class ConsumeApply:
         metrics: ApplyMetrics | None = None,
         stopping: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.consumer = consumer
+        self.holder = MessageHolder(consumer, dead_letters=dead_letters)
         self.function = function
         self.topic = topic
         self.channel = channel
@@ -192,43 +187,24 @@ class ConsumeApply:
         self._thread = FunctionThread(f"nsq-apply-{topic}-{channel}")
         self._held: deque[NSQMessage] = deque()  # read, not yet handed to the function
         self._budget = -1  # the in-flight budget last set
-        self._next_io = 0.0  # when the consumer's I/O is due next (monotonic)
 
     def run(self) -> ApplySummary:
         """Start the consumer, apply until the run ends, close the consumer (which REQs
-        what was not answered). Raises :class:`NSQPoisonMessageError` when a message past
-        ``max_attempts`` could not be set aside, and whatever stopped the run otherwise."""
+        what was not answered, after taking in what was still on the wire). Raises
+        :class:`NSQPoisonMessageError` when a message past ``max_attempts`` could not be
+        set aside, and whatever stopped the run otherwise."""
         started = False
         try:
             self._budget = self._wanted_budget()
-            self.consumer.start(self._budget)
+            self.holder.start(self._budget)
             started = True
             self.summary.ended = self._loop()
         finally:
             try:
-                if started:
-                    self._drain()
-                self.consumer.close()
+                self.holder.close(drain=started)
             finally:
                 self._thread.stop()
-                if self.dead_letters is not None:
-                    self.dead_letters.close()
         return self.summary
-
-    def _drain(self) -> None:
-        """RDY 0, then take in what nsqd sent before it read it, so that ``close()``
-        REQs those too. ``close()`` REQs only what it has read when it sends CLS; a
-        message still on the wire then stays in flight at nsqd, which does not requeue
-        a closed connection's messages, until its msg_timeout (60 s by default). NSQ
-        does not acknowledge RDY: nothing more comes once :data:`DRAIN_S` passed with
-        nothing (the round trip, on any network the task and nsqd share)."""
-        try:
-            self.consumer.set_max_in_flight(0)
-            deadline = time.monotonic() + DRAIN_S * 8
-            while self.consumer.read(DRAIN_S) and time.monotonic() < deadline:
-                pass
-        except Exception as exc:  # the run already ended; close() still REQs what it can
-            log.debug("Could not drain %s/%s before closing: %s", self.topic, self.channel, exc)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -241,7 +217,7 @@ class ConsumeApply:
             if left == 0:
                 return "max_messages"
             self._set_budget()
-            self._keep_alive(when_due=True)
+            self.holder.keep_alive(when_due=True)
             if not self._held:
                 idle_left = self.settings.window - (time.monotonic() - idle_since)
                 if idle_left <= 0:
@@ -275,14 +251,13 @@ class ConsumeApply:
         FIN or REQ that frees room."""
         budget = self._wanted_budget(answering)
         if budget != self._budget:
-            self.consumer.set_max_in_flight(budget)
+            self.holder.set_max_in_flight(budget)
             self._budget = budget
 
     def _read(self, timeout: float) -> bool:
         """Take what was delivered (waiting up to ``timeout`` for the first)."""
-        got = self.consumer.read(timeout)
+        got = self.holder.read(timeout)
         self._held.extend(got)
-        self._touch()
         return bool(got)
 
     def _next_group(self, left: int | None) -> list[NSQMessage]:
@@ -307,30 +282,11 @@ class ConsumeApply:
         future: Future = self._thread.submit(
             self.function, records if self.settings.batch else records[0]
         )
-        while not wait([future], timeout=self._slice()).done:
-            if self.stopping():
-                return None
-            self._keep_alive()
+        if not self.holder.wait_for(future, self.stopping):
+            return None
         self.metrics.time("apply_duration", time.monotonic() - started)
         error = future.exception()
         return _Outcome(error=error) if error is not None else _Outcome(result=future.result())
-
-    def _slice(self) -> float:
-        return max(min(KEEP_ALIVE_S, self._next_io - time.monotonic()), 0.01)
-
-    def _keep_alive(self, when_due: bool = False) -> None:
-        """The consumer's I/O: answer heartbeats and take in deliveries (``pump``), then
-        TOUCH what is due; with ``when_due``, only once :data:`KEEP_ALIVE_S` (or a
-        TOUCH) is due, so a fast function costs no extra I/O per message."""
-        if when_due and time.monotonic() < self._next_io:
-            return
-        self.consumer.pump()
-        self._touch()
-
-    def _touch(self) -> None:
-        """TOUCH held messages a third of msg_timeout old; schedule the next I/O."""
-        touched = self.consumer.touch_held()
-        self._next_io = time.monotonic() + min(KEEP_ALIVE_S, touched.next_in)
 
     # -- answering -----------------------------------------------------------------------
 
@@ -342,7 +298,7 @@ class ConsumeApply:
         if outcome.error is None:
             self._keep_result(group, outcome.result)
             for message in group:
-                answer_or_log(message, "FIN", message.finish)
+                answer_or_log(message, "FIN", partial(self.holder.finish, message))
             summary.applied += len(group)
             self.metrics.count("applied", len(group))
             oldest = min(m.timestamp for m in group)
@@ -376,7 +332,7 @@ class ConsumeApply:
             json.dumps(result)
         except (TypeError, ValueError) as exc:
             for message in group:
-                answer_or_log(message, "REQ", message.requeue)
+                answer_or_log(message, "REQ", partial(self.holder.requeue, message))
             raise NSQValueError(
                 f"the function returned a {type(result).__name__}, which cannot be kept as "
                 f"a JSON result ({exc}); its message(s) were handed back (REQ): return "
@@ -388,7 +344,7 @@ class ConsumeApply:
         delay_ms = 0
         if self._backoff is not None:
             delay_ms = round(self._backoff.nth(max(message.attempts, 1)) * 1000)
-        answer_or_log(message, "REQ", lambda: message.requeue(delay_ms))
+        answer_or_log(message, "REQ", partial(self.holder.requeue, message, delay_ms=delay_ms))
 
     def _set_aside(self, message: NSQMessage, error: BaseException) -> NSQPoisonMessageError | None:
         """Publish ``message`` to the dead-letter topic and FIN it; the error to stop
@@ -399,21 +355,18 @@ class ConsumeApply:
             return NSQPoisonMessageError(
                 message.id, nsqd, message.attempts, "no dead_letter_topic is set"
             )
-        envelope = dead_letter_envelope(
-            message, self.topic, self.channel, error, error_text=self.error_text(error), by=self.by
+        failed = self.holder.give_up(
+            message, "max_attempts", error=error, error_text=self.error_text(error), by=self.by
         )
-        try:
-            self.dead_letters.publish(envelope)
-        except NSQError as exc:
+        if failed is not None:
             self.metrics.count("dead_letter_failed", 1)
             return NSQPoisonMessageError(
                 message.id,
                 nsqd,
                 message.attempts,
                 f"could not be published to the dead-letter topic {self.dead_letters.topic} "
-                f"({exc})",
+                f"({failed})",
             )
-        answer_or_log(message, "FIN", message.finish)
         self.summary.dead_lettered += 1
         self.metrics.count("dead_lettered", 1)
         log.warning(

@@ -3,12 +3,12 @@
 go-nsq and pynsq ask ONE nsqlookupd per poll (round-robin), so a dead one means a missed
 poll. :class:`LookupdClient` asks all of them concurrently and unions their answers by
 ``broadcast_address:tcp_port`` (the address consumers connect to; the same nsqd can be
-listed twice, tests/conformance/lookupd_transcripts/FACTS.md section 3). A lookupd that
+listed twice, docs/nsqlookupd-facts.md section 3). A lookupd that
 cannot be read is logged and skipped; only when none answers is it an error, naming each one
 and why.
 
 Shapes as real nsqlookupd answers ``GET /lookup?topic=T``
-(tests/conformance/lookupd_transcripts/FACTS.md sections 1 and 3): ``{"channels": [...],
+(docs/nsqlookupd-facts.md sections 1 and 3): ``{"channels": [...],
 "producers": [...]}`` with HTTP 200, also for a topic whose nsqds are gone (empty
 ``producers``); 404 ``{"message": "TOPIC_NOT_FOUND"}`` for a topic it never heard of. Both
 mean "no nsqd has it right now". nsqlookupd before 1.0 wrapped answers as

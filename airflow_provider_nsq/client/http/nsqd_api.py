@@ -3,8 +3,8 @@
 A subscribe window or a TCP peek makes nsqd deliver, and every delivery that is handed
 back counts (``attempts + 1``). ``/stats`` tells how many messages a channel holds
 without touching them, so a sensor can wait for ``min_messages`` for free. Shapes as
-real nsqd 1.3.0 answers them (``tests/conformance`` has no HTTP transcript for nsqd; the
-cases below were checked against the real daemon):
+real nsqd 1.3.0 answers them (no recording covers nsqd's HTTP API; the cases below
+were checked against the real daemon):
 
 - ``"topics": null`` when the topic does not exist;
 - the topic without the channel when the channel does not exist (a topic that has no

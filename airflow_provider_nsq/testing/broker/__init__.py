@@ -1,7 +1,7 @@
 """An embedded nsqd-compatible broker for tests, demos and users' own DAG tests.
 
-It behaves like nsqd 1.3.0 as the recorded transcripts in
-``tests/conformance/transcripts`` show (error codes and texts, fatal vs non-fatal
+It behaves like nsqd 1.3.0 as recordings of the real daemon show (the nsqd facts,
+docs/nsqd-facts.md) (error codes and texts, fatal vs non-fatal
 errors, RDY windows, output buffering, heartbeats, timeouts, TLS, snappy, deflate,
 AUTH), the way fakeredis and moto stand in for Redis and AWS.
 

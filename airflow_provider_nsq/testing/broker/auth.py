@@ -1,5 +1,5 @@
 """AUTH: asking an authorizer, and checking PUB/SUB against its answer
-(tests/conformance/transcripts/FACTS.md section 9).
+(docs/nsqd-facts.md section 9).
 
 The authorizer is either a Python callable (``BrokerOptions.authorizer``) or nsqd-style
 auth HTTP servers (``auth_http_address``), queried exactly as nsqd 1.3.0 does::

@@ -1,6 +1,6 @@
 """A channel: its queue, in-flight messages, deferred messages and consumers.
 
-nsqd behaviour kept here (tests/conformance/transcripts/FACTS.md section 6):
+nsqd behaviour kept here (docs/nsqd-facts.md section 6):
 
 - RDY is a window: a consumer gets messages while its in-flight count is below its RDY;
   messages are spread over the ready consumers in turn.
@@ -141,7 +141,7 @@ class Channel:
             self.clients.remove(client)
         except ValueError:
             return
-        # tests/conformance/transcripts/FACTS.md section 5: an #ephemeral channel goes with
+        # docs/nsqd-facts.md section 5: an #ephemeral channel goes with
         # its last consumer.
         if self.ephemeral and not self.clients and not self.deleted:
             self._on_last_consumer_gone()
@@ -216,7 +216,7 @@ class Channel:
             raise LookupError("client does not own message")
         now = self.loop.time()
         deadline = now + msg_timeout_ms / 1000.0
-        # tests/conformance/transcripts/FACTS.md section 6: the total time since delivery
+        # docs/nsqd-facts.md section 6: the total time since delivery
         # stays within max-msg-timeout.
         latest = msg.delivered_at + self.options.max_msg_timeout / 1000.0
         deadline = min(deadline, latest)

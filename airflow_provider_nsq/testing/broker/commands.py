@@ -1,19 +1,19 @@
 """The V2 commands, as nsqd 1.3.0's ``protocol_v2.go`` executes them.
 
 Each handler takes the connection and the command line split on single spaces
-(tests/conformance/transcripts/FACTS.md section 1) and either returns the response payload
+(docs/nsqd-facts.md section 1) and either returns the response payload
 (``None``: no response) or, when it must read a body or wait (AUTH, TLS), returns a
 generator. The generator yields a :data:`Need` ("I need this many buffered bytes past the
 read position; if the stream ends first, say this") or an awaitable (its result is sent back
 in), and returns the response payload. Bytes are read through the connection's
 :class:`~..wire.command_reader.CommandReader`. Errors are raised as
-:class:`ClientError` with nsqd's exact code and text (tests/conformance/transcripts/FACTS.md
+:class:`ClientError` with nsqd's exact code and text (docs/nsqd-facts.md
 section 3).
 
 Validation order matters and follows nsqd: e.g. PUB checks the topic name and the
 length prefix before reading the body, and AUTH permission only after it; MPUB checks
 auth before the body and reads ``count`` messages straight from the stream, not bounded
-by its declared body length (tests/conformance/transcripts/FACTS.md section 6).
+by its declared body length (docs/nsqd-facts.md section 6).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def cmd_identify(session: ClientSession, params: list[bytes]) -> Result:
 
 def _read_sized_body(session: ClientSession, command: str) -> Generator[Need, None, bytes]:
     """IDENTIFY's and AUTH's ``[u32be len][bytes]``, bounded by max-body-size, with
-    nsqd's texts for each way it can fail (tests/conformance/transcripts/FACTS.md section 3)."""
+    nsqd's texts for each way it can fail (docs/nsqd-facts.md section 3)."""
     reader = session.reader
     limit = session.options.max_body_size
     size = yield from read_body_size(reader, "E_BAD_BODY", command, "body", limit, "body")
@@ -224,7 +224,7 @@ def _identify(session: ClientSession) -> Body:
         raise ClientError("E_BAD_BODY", f"IDENTIFY {error}")
     if not data.feature_negotiation:
         return OK
-    # tests/conformance/transcripts/FACTS.md section 4: what nsqd reports, and section 8:
+    # docs/nsqd-facts.md section 4: what nsqd reports, and section 8:
     # the upgrade order.
     tls_v1 = opts.tls_enabled and data.tls_v1
     deflate = opts.deflate and data.deflate
@@ -326,7 +326,7 @@ def _pub(session: ClientSession, cmd: str, topic: str, defer_ms: int) -> Body:
 def cmd_mpub(session: ClientSession, params: list[bytes]) -> Result:
     _enough(params, 2, "MPUB")
     # The code really is repeated in nsqd 1.3.0's text
-    # (tests/conformance/transcripts/FACTS.md section 3).
+    # (docs/nsqd-facts.md section 3).
     return _mpub(session, _valid_name(params, 1, "MPUB", "topic", prefix=b"E_BAD_TOPIC "))
 
 
@@ -383,7 +383,7 @@ def _message_id(session: ClientSession, cmd: str, params: list[bytes], n: int) -
     if session.state != STATE_SUBSCRIBED and session.state != STATE_CLOSING:
         raise ClientError("E_INVALID", f"cannot {cmd} in current state")
     # "params", not "parameters", as nsqd 1.3.0 says it
-    # (tests/conformance/transcripts/FACTS.md section 3).
+    # (docs/nsqd-facts.md section 3).
     _enough(params, n, cmd, "params")
     msg_id = params[1]
     if len(msg_id) != MESSAGE_ID_LENGTH:

@@ -9,7 +9,7 @@ class ClientError(Exception):
     """An error frame for the client: ``<code> <text>``.
 
     Fatal unless the code is E_FIN_FAILED, E_REQ_FAILED or E_TOUCH_FAILED
-    (tests/conformance/transcripts/FACTS.md section 3): the broker writes the frame, then
+    (docs/nsqd-facts.md section 3): the broker writes the frame, then
     closes the connection.
     """
 

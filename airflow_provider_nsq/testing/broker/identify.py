@@ -1,7 +1,7 @@
 """IDENTIFY: decoding the client's JSON as Go's encoding/json would, the settings it
 negotiates, and nsqd's answer.
 
-tests/conformance/transcripts/FACTS.md section 4: keys match case-insensitively, unknown
+docs/nsqd-facts.md section 4: keys match case-insensitively, unknown
 keys are ignored, a value of the wrong type is
 ``E_BAD_BODY IDENTIFY failed to decode JSON body``; the JSON response has exactly nsqd's
 keys, in nsqd's order, written by :func:`go_json`.
@@ -18,7 +18,7 @@ from airflow_provider_nsq.protocol.value_checks import is_bool, is_int
 from .errors import ClientError
 from .options import BrokerOptions
 
-#: Before IDENTIFY: ClientTimeout (60 s) / 2 (tests/conformance/transcripts/FACTS.md section 7).
+#: Before IDENTIFY: ClientTimeout (60 s) / 2 (docs/nsqd-facts.md section 7).
 DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000
 DEFAULT_OUTPUT_BUFFER_SIZE = 16 * 1024
 

@@ -1,7 +1,7 @@
 """The broker's registration with nsqlookupds, as nsqd 1.3.0 does it (``nsqd/lookup.go``).
 
 For each ``--lookupd-tcp-address`` one :class:`LookupdPeer` keeps a ``"  V1"``
-connection (tests/conformance/lookupd_transcripts/FACTS.md section 6):
+connection (docs/nsqlookupd-facts.md section 6):
 
 - on connect: ``"  V1"``, ``IDENTIFY`` with ``broadcast_address``, ``hostname``,
   ``http_port``, ``tcp_port`` and ``version`` (keys sorted, as a Go map), then one

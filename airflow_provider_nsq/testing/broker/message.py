@@ -1,6 +1,6 @@
 """A message as the broker keeps it, and the id generator.
 
-Ids are 16 ASCII hex characters, as nsqd's (tests/conformance/transcripts/FACTS.md
+Ids are 16 ASCII hex characters, as nsqd's (docs/nsqd-facts.md
 section 1): here a counter, so they are unique for the broker's life and cheap to make.
 """
 

@@ -1,5 +1,5 @@
 """The broker's settings, under nsqd 1.3.0's flag names
-(tests/conformance/transcripts/FACTS.md section 6).
+(docs/nsqd-facts.md section 6).
 
 Python keyword arguments use underscores (``max_msg_size``); durations are int
 milliseconds (nsqd's flags take Go durations, the CLI accepts both).
@@ -124,7 +124,7 @@ class BrokerOptions:
             )
         self.tls_required = {"tcp-https": "tcp-https", **_TLS_REQUIRED_VALUES}[self.tls_required]
         # nsqd: setting a client auth policy forces --tls-required
-        # (tests/conformance/transcripts/FACTS.md section 8).
+        # (docs/nsqd-facts.md section 8).
         if self.tls_client_auth_policy and self.tls_required == "false":
             self.tls_required = "true"
         if (self.tls_cert is None) != (self.tls_key is None):

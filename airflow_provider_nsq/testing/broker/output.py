@@ -1,5 +1,5 @@
 """A client's output buffer, as nsqd's bufio.Writer and flush timer behave
-(tests/conformance/transcripts/FACTS.md section 6): frames wait here until something flushes
+(docs/nsqd-facts.md section 6): frames wait here until something flushes
 them; compression, once negotiated, applies to each flush."""
 
 from __future__ import annotations

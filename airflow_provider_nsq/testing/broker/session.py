@@ -1,7 +1,7 @@
 """One client's session with the broker: reading and running its commands, handing it
 messages, its upgrades and its end.
 
-What follows nsqd 1.3.0 here (tests/conformance/transcripts/FACTS.md sections 1, 3, 6, 7, 8):
+What follows nsqd 1.3.0 here (docs/nsqd-facts.md sections 1, 3, 6, 7, 8):
 
 - the ``"  V2"`` magic, then ``\\n``-terminated command lines (a line longer than nsqd's
   16 KiB read buffer closes the connection), read through
@@ -48,7 +48,7 @@ from .timers import ClientTimers
 
 log = logging.getLogger("airflow_provider_nsq.testing.broker")
 
-#: nsqd reads through a 16 KiB bufio.Reader (tests/conformance/transcripts/FACTS.md section 3).
+#: nsqd reads through a 16 KiB bufio.Reader (docs/nsqd-facts.md section 3).
 READ_BUFFER_SIZE = 16 * 1024
 
 # The session's states, nsqd's numbers (stats show them).
@@ -181,7 +181,7 @@ class ClientSession(asyncio.Protocol):
     def pause_writing(self) -> None:
         # The client is not reading: stop handing it messages, and drop it after one
         # heartbeat interval, like nsqd's write deadline
-        # (tests/conformance/transcripts/FACTS.md section 7).
+        # (docs/nsqd-facts.md section 7).
         self._write_paused = True
         self.timers.start_write_deadline()
 
@@ -379,7 +379,7 @@ class ClientSession(asyncio.Protocol):
         sample_rate = settings.pump_sample_rate
         if sample_rate and random.randrange(100) > sample_rate:
             # nsqd drops the message for good, it is not requeued
-            # (tests/conformance/transcripts/FACTS.md section 4).
+            # (docs/nsqd-facts.md section 4).
             if isinstance(item, BrokerMessage):
                 item.state = DONE
             return True
@@ -401,7 +401,7 @@ class ClientSession(asyncio.Protocol):
             out.flush()  # bufio.Writer semantics: what is buffered goes out first
         out.add(frame)
         if self.in_flight >= self.rdy or out.size >= limit:
-            # At the RDY limit nsqd flushes at once (tests/conformance/transcripts/FACTS.md
+            # At the RDY limit nsqd flushes at once (docs/nsqd-facts.md
             # section 6).
             out.flush()
             return self.in_flight < self.rdy and not self._write_paused
@@ -493,7 +493,7 @@ class ClientSession(asyncio.Protocol):
 
     def start_compression(self, kind: str, level: int) -> None:
         """Switch both directions right after the last plain frame
-        (tests/conformance/transcripts/FACTS.md section 8)."""
+        (docs/nsqd-facts.md section 8)."""
         codec = SnappyCodec() if kind == "snappy" else DeflateCodec(level)
         self.out.compress_with(codec.compress)
         rest = self.reader.take_rest()
@@ -553,7 +553,7 @@ class ClientSession(asyncio.Protocol):
     def _on_read_timeout(self) -> None:
         if self.closed:
             return
-        # Nothing read for 2 heartbeat intervals (tests/conformance/transcripts/FACTS.md section 7).
+        # Nothing read for 2 heartbeat intervals (docs/nsqd-facts.md section 7).
         log.info("[%s] read timeout after %d ms", self, 2 * self.timers.interval_ms)
         self._on_eof()
 
@@ -596,7 +596,7 @@ class ClientSession(asyncio.Protocol):
         self.broker.clients.discard(self)
         if self.channel is not None:
             # In-flight messages stay in flight until their timeout
-            # (tests/conformance/transcripts/FACTS.md section 6).
+            # (docs/nsqd-facts.md section 6).
             self.channel.remove_client(self)
         log.debug("[%s] closed", self)
 

@@ -1,4 +1,4 @@
-"""A client's timers, as nsqd keeps them (tests/conformance/transcripts/FACTS.md section 7):
+"""A client's timers, as nsqd keeps them (docs/nsqd-facts.md section 7):
 the heartbeat ticker, the read deadline (nothing read for two heartbeat intervals closes the
 connection) and the write deadline (a client that stops reading is dropped after one
 interval)."""

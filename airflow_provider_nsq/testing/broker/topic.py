@@ -1,6 +1,6 @@
 """A topic: fans each published message out to every channel.
 
-tests/conformance/transcripts/FACTS.md section 5: a topic with no channel keeps its messages
+docs/nsqd-facts.md section 5: a topic with no channel keeps its messages
 until the first channel appears (that channel gets them all); an ``#ephemeral`` topic goes
 with its last channel.
 """

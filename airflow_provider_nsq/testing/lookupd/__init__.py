@@ -1,7 +1,7 @@
 """An embedded nsqlookupd-compatible server for tests, demos and users' own DAG tests.
 
-It behaves like nsqlookupd 1.3.0 as the recordings in
-``tests/conformance/lookupd_transcripts`` show: the ``"  V1"`` TCP protocol nsqds
+It behaves like nsqlookupd 1.3.0 as recordings of the real daemon show (the nsqlookupd
+facts, docs/nsqlookupd-facts.md): the ``"  V1"`` TCP protocol nsqds
 register with (IDENTIFY, REGISTER, UNREGISTER, PING, the exact error texts, producers
 dropped when their connection ends, ``#ephemeral`` keys, tombstones, the
 inactive-producer timeout) and the HTTP API consumers use (``/lookup``, ``/topics``,

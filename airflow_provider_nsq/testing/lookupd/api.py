@@ -1,6 +1,6 @@
 """nsqlookupd 1.3.0's HTTP API: handlers, on the shared Go-like HTTP server.
 
-What the recordings pin (tests/conformance/lookupd_transcripts/FACTS.md sections 1-3):
+What the recordings pin (docs/nsqlookupd-facts.md sections 1-3):
 
 - Every answer is the bare JSON document (no ``status_code``/``data`` envelope), and the
   ``Accept: application/vnd.nsq; version=1.0`` header changes nothing.
@@ -176,7 +176,7 @@ def topic_create(lookupd: LookupdState, params: Query) -> None:
 
 def topic_delete(lookupd: LookupdState, params: Query) -> None:
     # Only this lookupd's registry changes: no nsqd is told
-    # (tests/conformance/lookupd_transcripts/FACTS.md section 8).
+    # (docs/nsqlookupd-facts.md section 8).
     topic = _get(params, "topic", "MISSING_ARG_TOPIC")
     db = lookupd.db
     for key in db.find_registrations("channel", topic, "*"):
@@ -194,7 +194,7 @@ def topic_tombstone(lookupd: LookupdState, params: Query) -> None:
     for producer in lookupd.db.find_producers("topic", topic, ""):
         peer = producer.peer
         # An exact string compare with broadcast_address:http_port
-        # (tests/conformance/lookupd_transcripts/FACTS.md section 2).
+        # (docs/nsqlookupd-facts.md section 2).
         if f"{peer.broadcast_address}:{peer.http_port}" == node:
             producer.tombstone()
 

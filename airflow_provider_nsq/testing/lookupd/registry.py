@@ -1,7 +1,7 @@
 """nsqlookupd's registration DB: keys, and the producers registered under each.
 
 As ``nsqlookupd/registration_db.go`` 1.3.0 keeps it
-(tests/conformance/lookupd_transcripts/FACTS.md sections 4 and 7):
+(docs/nsqlookupd-facts.md sections 4 and 7):
 
 - A key is ``(category, key, subkey)``: ``("client", "", "")`` for every identified
   connection, ``("topic", T, "")`` and ``("channel", T, C)``. REGISTER, ``/topic/create``
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Go's zero ``time.Time`` run through ``UnixNano()``: ``/debug``'s ``tombstoned_at`` for a
-#: producer that was never tombstoned (tests/conformance/lookupd_transcripts/FACTS.md
+#: producer that was never tombstoned (docs/nsqlookupd-facts.md
 #: section 2).
 GO_ZERO_TIME_UNIX_NANO = -6795364578871345152
 
@@ -73,7 +73,7 @@ class PeerInfo:
 
     def lookup_entry(self) -> dict[str, Any]:
         """A ``/lookup`` producer: exactly these six keys, in this order
-        (tests/conformance/lookupd_transcripts/FACTS.md 3)."""
+        (docs/nsqlookupd-facts.md 3)."""
         return {
             "remote_address": self.remote_address,
             "hostname": self.hostname,

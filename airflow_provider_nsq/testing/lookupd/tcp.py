@@ -3,7 +3,7 @@
 ``nsqlookupd/lookup_protocol_v1.go`` 1.3.0: one reply per command, in order; every
 error is written and the connection closed; when the connection ends, for any reason,
 the producer is removed from every key at once (the keys stay). nsqlookupd sends nothing
-unprompted and sets no read timeout (tests/conformance/lookupd_transcripts/FACTS.md section 5).
+unprompted and sets no read timeout (docs/nsqlookupd-facts.md section 5).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class PeerConnection(asyncio.Protocol):
 
     def _register(self, topic: str, channel: str | None) -> None:
         # REGISTER T C registers the topic too
-        # (tests/conformance/lookupd_transcripts/FACTS.md section 5); it does not count as
+        # (docs/nsqlookupd-facts.md section 5); it does not count as
         # activity for --inactive-producer-timeout.
         if channel is not None:
             self._add(Registration("channel", topic, channel))

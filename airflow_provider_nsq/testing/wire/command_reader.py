@@ -1,5 +1,5 @@
 """The server's side of the wire: client bytes in, commands out
-(tests/conformance/transcripts/FACTS.md section 1).
+(docs/nsqd-facts.md section 1).
 
 A command is a text line ending in ``\\n`` (a trailing ``\\r`` dropped), split on each
 single space; PUB, DPUB, MPUB, IDENTIFY and AUTH follow it with ``[u32be size][bytes]``,

@@ -3,7 +3,8 @@
 nsqd registers its topics and channels with nsqlookupd over this protocol; consumers never
 speak it (they use nsqlookupd's HTTP API), so it lives with the embedded daemons: the
 embedded broker speaks nsqd's side, the embedded lookupd nsqlookupd's. Layout, from the
-recordings in ``tests/conformance/lookupd_transcripts`` (FACTS.md section 5)::
+recordings of the real daemons (the nsqlookupd facts, docs/nsqlookupd-facts.md,
+section 5)::
 
     nsqd -> nsqlookupd    "  V1"                                  once, first
                           PING\\n
@@ -55,7 +56,7 @@ SIZE_LENGTH = _SIZE.size
 
 #: Largest IDENTIFY body the server reads. nsqlookupd 1.3.0 has no bound (it allocates
 #: whatever the client declares, and crashes on a negative size:
-#: tests/conformance/lookupd_transcripts/FACTS.md section 9).
+#: docs/nsqlookupd-facts.md section 9).
 MAX_IDENTIFY_BODY_SIZE = DEFAULT_MAX_BODY_SIZE
 #: Longest command line the server buffers (nsqlookupd 1.3.0: no bound). Real lines
 #: are a command and two names of at most 64 characters.
@@ -250,7 +251,7 @@ class _State(enum.Enum):
 
 
 _PEER_FIELDS = {
-    # decoded, then overwritten by the server (tests/conformance/lookupd_transcripts/FACTS.md
+    # decoded, then overwritten by the server (docs/nsqlookupd-facts.md
     # section 5)
     "remote_address": str,
     "hostname": str,

@@ -1,4 +1,4 @@
-"""``InFlightHolder`` (what the Spark stream reader holds its batches with), without
+"""``HeldBatches`` (what the Spark stream reader holds its batches with), without
 Spark: holding messages until FIN, over real sockets (the embedded broker, or a real
 nsqd with NSQD_ADDRESS)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.client.consumer import NSQConsumer
-from airflow_provider_nsq.client.holding.in_flight import InFlightHolder
+from airflow_provider_nsq.spark.held_batches import HeldBatches
 
 CHANNEL = "holder"
 
@@ -38,11 +38,11 @@ def drain(nsqd: Any, topic: str, expected: int) -> list[Any]:
 
 @pytest.fixture
 def holder_for(nsqd: Any) -> Iterator[Any]:
-    made: list[InFlightHolder] = []
+    made: list[HeldBatches] = []
 
     def make(
         topic: str, *, max_in_flight: int = 100, max_bytes_in_flight: int = 1 << 20, **config: Any
-    ) -> InFlightHolder:
+    ) -> HeldBatches:
         server = config.pop("server", nsqd)
         consumer = NSQConsumer(
             topic,
@@ -50,7 +50,7 @@ def holder_for(nsqd: Any) -> Iterator[Any]:
             config=ClientConfig(host=server.host, port=server.tcp_port, **config),
             max_connections_per_nsqd=32,  # the reader's default
         )
-        holder = InFlightHolder(
+        holder = HeldBatches(
             consumer, max_in_flight=max_in_flight, max_bytes_in_flight=max_bytes_in_flight
         )
         holder.start()
@@ -124,7 +124,7 @@ def test_held_messages_outlive_msg_timeout_and_heartbeats(
     holder.finish(held)
     nsqd.wait_for(lambda: nsqd.channel_stats(nsq_topic, CHANNEL)["in_flight_count"] == 0)
     assert drain(nsqd, nsq_topic, 0) == []
-    assert holder.touches >= 2
+    assert holder.touched >= 2
 
 
 def test_in_flight_beyond_max_rdy_count_opens_more_connections(
@@ -173,7 +173,7 @@ def test_nsqds_that_appear_later_are_read_too(nsq_topology: Any, nsq_topic: str)
         lookupd_http_addresses=topology.lookupd_http_addresses,
         lookupd_poll_interval=0.3,
     )
-    holder = InFlightHolder(consumer, max_in_flight=100, max_bytes_in_flight=1 << 20)
+    holder = HeldBatches(consumer, max_in_flight=100, max_bytes_in_flight=1 << 20)
     holder.start()
     try:
         early = holder.take(1, 10**9, until=soon())

@@ -1,18 +1,18 @@
-"""Hold delivered NSQ messages in flight, unanswered, until their holder is done with them.
+"""The stream reader's batches, held in flight until Spark committed them.
 
 NSQ cannot replay: a message exists for a reader only while it is in flight on the
-connection that received it, and only that connection can FIN it. A reader that hands
-messages on in batches and may FIN a batch only once it is stored elsewhere (the Spark
-stream reader: once Spark committed the batch) keeps every delivered message in flight
-until it says "FIN these", or closes (REQ the rest, so nsqd redelivers them at once).
+connection that received it, and only that connection can FIN it. The stream reader
+hands messages to Spark in batches and may FIN a batch only once Spark committed it, so
+it keeps every delivered message in flight until it says "FIN these", or stops (REQ the
+rest, so nsqd redelivers them at once).
 
-Such a reader is often idle between its calls (the Spark reader, while Spark runs a
-batch), so a pump thread owns the consumer (:class:`~..consumer.NSQConsumer`: every nsqd,
-found through nsqlookupd or listed, reconnects, one RDY budget): it reads (answering
-heartbeats, prefetching the next batch within the in-flight budget, joining nsqds that
-appear), keeps what is held in flight with the consumer's TOUCH policy
-(``touch_held()``), and runs the FIN the reader asks for. Only that thread touches the
-connections; when it stops, the consumer's ``close()`` REQs every message not FIN'd.
+The reader is idle between Spark's calls (while Spark runs a batch), so a pump thread
+owns the consumer through a :class:`~airflow_provider_nsq.client.holding.holder.MessageHolder`
+(the pump is its owner thread: every nsqd, found through nsqlookupd or listed,
+reconnects, one RDY budget): it reads (answering heartbeats, prefetching the next batch
+within the in-flight budget, joining nsqds that appear), and the holder TOUCHes what is
+held on time; it runs the FIN the reader asks for. Only that thread calls the holder;
+when it stops, the holder's ``close()`` REQs every message not FIN'd.
 
 Memory: everything in flight (held in batches, or prefetched) is bounded by the in-flight
 budget in messages, and the budget is sized from the bodies seen so far so that it also
@@ -31,11 +31,11 @@ from collections import deque
 from collections.abc import Callable
 from itertools import accumulate
 from operator import attrgetter
-from typing import Any, Protocol
 
-from ...protocol.errors import NSQError, NSQTimeoutError
-from ..consumer import Touched
-from ..message import NSQMessage
+from ..client.consumer import NSQConsumer
+from ..client.holding.holder import MessageHolder
+from ..client.message import NSQMessage
+from ..protocol.errors import NSQError, NSQTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +43,6 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.02
 # Body size assumed before any message arrived (sizes the first in-flight budget).
 INITIAL_SIZE_GUESS = 64 * 1024
-
-
-class Consumer(Protocol):
-    """What the holder uses of a consumer: the blocking consumer's API
-    (:class:`~..consumer.NSQConsumer`)."""
-
-    def start(self, max_in_flight: int) -> Any: ...
-
-    def set_max_in_flight(self, max_in_flight: int) -> None: ...
-
-    def read(self, timeout: float = ...) -> list[NSQMessage]: ...
-
-    def in_flight(self) -> int: ...
-
-    def finish(self, *messages: NSQMessage) -> None: ...
-
-    def touch_held(self) -> Touched: ...
-
-    def close(self) -> None: ...
 
 
 _BODY = attrgetter("body")
@@ -77,17 +58,20 @@ class _Chunk:
         self.size = size
 
 
-class InFlightHolder:
-    """Owns a consumer and its pump thread; see the module docstring.
+class HeldBatches:
+    """Owns a consumer (through its holder) and the pump thread; see the module
+    docstring.
 
-    :param consumer: not started yet; only the pump thread uses it after :meth:`start`.
+    :param consumer: not started yet; the pump thread starts, reads and closes it.
     :param max_in_flight: the RDY budget: messages held plus prefetched, at most.
     :param max_bytes_in_flight: about how many bytes of bodies may be held plus prefetched:
         the in-flight budget shrinks below ``max_in_flight`` when messages are large.
     """
 
-    def __init__(self, consumer: Consumer, *, max_in_flight: int, max_bytes_in_flight: int) -> None:
-        self._consumer = consumer
+    def __init__(
+        self, consumer: NSQConsumer, *, max_in_flight: int, max_bytes_in_flight: int
+    ) -> None:
+        self._holder = MessageHolder(consumer)
         self._max_in_flight = max_in_flight
         self._max_bytes_in_flight = max_bytes_in_flight
         self._seen_messages = 0
@@ -101,20 +85,27 @@ class InFlightHolder:
         self._closing = False
         self._thread: threading.Thread | None = None
         self.requeued = 0  # REQ'd by close()
-        self.touches = 0  # TOUCH rounds sent
 
     # -- lifecycle (reader's thread) ----------------------------------------------------
 
+    @property
+    def touched(self) -> int:
+        """Messages TOUCHed so far (held longer than a third of msg_timeout)."""
+        return self._holder.touched
+
     def start(self) -> None:
-        """Connect and subscribe (errors raise here), then start the pump thread."""
+        """Start the pump thread, which connects and subscribes; errors raise here."""
         self._budget = self._budget_for_size()
-        try:
-            self._consumer.start(self._budget)
-        except BaseException:
-            self._consumer.close()
-            raise
-        self._thread = threading.Thread(target=self._pump, name="nsq-stream-pump", daemon=True)
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._pump, args=(started,), name="nsq-stream-pump", daemon=True
+        )
         self._thread.start()
+        started.wait()  # set by the pump in every case: started, or failed to
+        with self._cond:
+            failure = self._failure
+        if failure is not None:
+            raise failure
 
     def close(self, timeout: float = 10.0) -> int:
         """Stop: REQ every message not FIN'd (nsqd redelivers it at once, attempts + 1)
@@ -125,7 +116,7 @@ class InFlightHolder:
             self._cond.notify_all()
         thread = self._thread
         if thread is None:
-            self._consumer.close()
+            self.requeued = self._holder.close()
         elif thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
@@ -228,7 +219,7 @@ class InFlightHolder:
         once with ``wait=False`` (then a failure to write them fails the next call).
         Either way they are written before :meth:`close` REQs what is left."""
         if messages:
-            self._run(lambda: self._consumer.finish(*messages), timeout if wait else None, "FIN")
+            self._run(lambda: self._holder.finish(*messages), timeout if wait else None, "FIN")
 
     @property
     def pending(self) -> int:
@@ -262,15 +253,22 @@ class InFlightHolder:
     def _raise_failure(self) -> None:
         failure = self._failure
         if failure is not None:
-            raise NSQError(f"nsq: the in-flight holder's connection failed: {failure}") from failure
+            raise NSQError(f"nsq: the held batches' connection failed: {failure}") from failure
         if self._closing:
-            raise NSQError("nsq: the in-flight holder is stopped")
+            raise NSQError("nsq: the held batches are stopped")
 
     # -- pump (its own thread) ----------------------------------------------------------
 
-    def _pump(self) -> None:
-        consumer = self._consumer
-        next_touch = 0.0
+    def _pump(self, started: threading.Event) -> None:
+        holder = self._holder
+        try:
+            holder.start(self._budget)  # this thread is the holder's owner from now on
+        except BaseException as exc:
+            with self._cond:
+                self._failure = exc
+            started.set()
+            return
+        started.set()
         try:
             while True:
                 with self._cond:
@@ -281,14 +279,9 @@ class InFlightHolder:
                     task()
                 budget = self._budget_for_size()
                 if abs(budget - self._budget) * 4 > self._budget:  # > 25 %: worth an RDY
-                    consumer.set_max_in_flight(budget)
+                    holder.set_max_in_flight(budget)
                     self._budget = budget
-                now = time.monotonic()
-                if now >= next_touch:
-                    touched, next_in = consumer.touch_held()
-                    self.touches += touched > 0
-                    next_touch = now + next_in
-                got = consumer.read(POLL_INTERVAL_S)
+                got = holder.read(POLL_INTERVAL_S)  # TOUCHes what is due, too
                 if got:
                     size = sum(map(len, map(_BODY, got)))
                     self._seen_messages += len(got)
@@ -298,7 +291,7 @@ class InFlightHolder:
                         self._pending_bytes += size
                         self._cond.notify_all()
         except BaseException as exc:
-            log.error("nsq: the in-flight holder's connection failed: %s", exc)
+            log.error("nsq: the held batches' connection failed: %s", exc)
             with self._cond:
                 self._failure = exc
                 self._cond.notify_all()
@@ -314,7 +307,6 @@ class InFlightHolder:
         return max(1, min(self._max_in_flight, int(self._max_bytes_in_flight / average)))
 
     def _shut_down(self) -> None:
-        consumer = self._consumer
         with self._cond:
             work, self._work = self._work, []
         for task in work:  # let waiting callers return (their work fails: closing)
@@ -322,11 +314,11 @@ class InFlightHolder:
                 task()
             except BaseException:
                 pass
-        held = 0
+        held = self._holder.in_flight()
         try:
-            held = consumer.in_flight()  # what close() REQs: held, prefetched, unread
-            consumer.close()  # CLS first (RDY 0), so nsqd does not hand them back
-            self.requeued = held
+            # CLS first (RDY 0), so nsqd does not hand them back; then REQ what is held,
+            # prefetched or unread.
+            self.requeued = self._holder.close()
         except (NSQError, OSError) as exc:
             log.warning(
                 "nsq: could not REQ %s held messages (%s); nsqd redelivers them after "
