@@ -7,13 +7,16 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import ssl
+import struct
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.testing.auth import AuthServer, StaticAuthorizer, allow_all
 from airflow_provider_nsq.testing.broker.auth import query_authd
 from airflow_provider_nsq.testing.servers.http_server import Request, Response, start_http_server
@@ -245,3 +248,41 @@ def test_tls_then_snappy(nsqd_factory, open_peer, tls_files):
     assert peer.read_frame().data == b"OK"
     peer.send(cmd("PUB t", b"both"))
     assert peer.read_frame().data == b"OK"
+
+
+def test_clients_that_reset_mid_delivery_are_not_written_to_again(
+    nsqd_factory, tls_files, nsq_topic
+):
+    """A client that resets its connection while messages pour out over TLS: the broker
+    stops writing to it at the first failed write (asyncio logged each later write
+    once the TCP transport had failed, hundreds of lines for a few hundred clients)."""
+    server = nsqd_factory(tls_cert=tls_files.server_cert, tls_key=tls_files.server_key)
+    with NSQConnection(ClientConfig(host=server.host, port=server.tcp_port)) as conn:
+        for _ in range(4):
+            conn.multi_publish(nsq_topic, [b"x" * 2000] * 500)
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
+    loop_log = logging.getLogger("asyncio")
+    disabled, loop_log.disabled = loop_log.disabled, False  # Airflow's logging config
+    loop_log.addHandler(handler)
+    context = client_context(tls_files, with_cert=False)
+    identify = json.dumps({"feature_negotiation": True, "tls_v1": True}).encode()
+    try:
+        for n in range(120):
+            raw = socket.create_connection((server.host, server.tcp_port), timeout=5)
+            raw.sendall(b"  V2" + b"IDENTIFY\n" + struct.pack(">I", len(identify)) + identify)
+            raw.recv(4096)  # the IDENTIFY response: TLS from here
+            sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
+            sock.recv(4096)  # OK
+            sock.sendall(f"SUB {nsq_topic} c{n % 3}\nRDY 2500\n".encode())
+            sock.recv(1)  # deliveries have started
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # RST with the broker mid-write
+        # Every session has seen its reset once the broker answers a new client.
+        with NSQConnection(ClientConfig(host=server.host, port=server.tcp_port)) as conn:
+            conn.publish(nsq_topic, b"after")
+    finally:
+        loop_log.removeHandler(handler)
+        loop_log.disabled = disabled
+    assert warnings == []

@@ -12,7 +12,7 @@ from typing import Any
 class OutputBuffer:
     """Frames on their way to one client's transport."""
 
-    __slots__ = ("_compress", "_frames", "_loop", "_timer", "size", "transport")
+    __slots__ = ("_compress", "_frames", "_loop", "_timer", "size", "socket_transport", "transport")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -20,7 +20,12 @@ class OutputBuffer:
         self.size = 0  # bytes buffered
         self._timer: asyncio.TimerHandle | None = None
         self._compress: Callable[[bytes], bytes] | None = None
-        self.transport: Any = None
+        self.transport: Any = None  # what frames are written to (TLS on top, once on)
+        #: The TCP transport itself: once one of its writes failed (the client reset the
+        #: connection) it is closing, while a TLS transport above it still takes writes
+        #: until the loss reaches it; nothing more is written then (nsqd's writer stops
+        #: at its first error).
+        self.socket_transport: Any = None
 
     def __bool__(self) -> bool:
         return bool(self._frames)
@@ -41,11 +46,21 @@ class OutputBuffer:
         self._frames = []
         self.size = 0
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if not self.writable():
             return
         if self._compress is not None:
             data = self._compress(data)
         transport.write(data)
+
+    def writable(self) -> bool:
+        """Whether the client's connection can still be written: no write to it failed,
+        nothing closed it."""
+        transport, below = self.transport, self.socket_transport
+        return not (
+            transport is None
+            or transport.is_closing()
+            or (below is not None and below.is_closing())
+        )
 
     def flush_within(self, seconds: float) -> None:
         """Flush ``seconds`` from now unless something flushes first (the output buffer
@@ -67,4 +82,4 @@ class OutputBuffer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.transport = None
+        self.transport = self.socket_transport = None

@@ -126,7 +126,7 @@ class ClientSession(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = self.out.transport = transport
+        self.transport = self.out.transport = self.out.socket_transport = transport
         self.sock = transport.get_extra_info("socket")
         peer = transport.get_extra_info("peername") or ("", 0)
         self.remote_ip, self.remote_port = str(peer[0]), int(peer[1])
