@@ -63,18 +63,13 @@ def _never() -> bool:
 
 
 class _Holding:
-    """What both holders share: the consumer they hold, the dead letters they publish,
-    the TOUCH schedule, and the calls they make as the holder."""
+    """What both holders share: taking the consumer, the TOUCH schedule, the envelope
+    of a message given up, and the calls they make as the holder."""
 
-    def __init__(
-        self,
-        consumer: NSQConsumer | AsyncNSQConsumer,
-        dead_letters: DeadLetterPublisher | AsyncDeadLetterPublisher | None,
-    ) -> None:
+    def __init__(self, consumer: NSQConsumer | AsyncNSQConsumer) -> None:
         consumer.held_by(self)
         self.topic = consumer.topic
         self.channel = consumer.channel
-        self.dead_letters = dead_letters
         self.touched = 0  # messages TOUCHed so far
         self.requeued = 0  # REQ'd by close()
         self._as_holder = CallingAs(self)
@@ -118,7 +113,7 @@ class MessageHolder(_Holding):
     def __init__(
         self, consumer: NSQConsumer, *, dead_letters: DeadLetterPublisher | None = None
     ) -> None:
-        super().__init__(consumer, dead_letters)
+        super().__init__(consumer)
         self.consumer = consumer
         self._publisher = dead_letters
         self._owner: threading.Thread | None = None
@@ -284,7 +279,7 @@ class AsyncMessageHolder(_Holding):
     def __init__(
         self, consumer: AsyncNSQConsumer, *, dead_letters: AsyncDeadLetterPublisher | None = None
     ) -> None:
-        super().__init__(consumer, dead_letters)
+        super().__init__(consumer)
         self.consumer = consumer
         self._publisher = dead_letters
         self._toucher: asyncio.Task[None] | None = None
