@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: A Sphinx role as the site would show it unrendered (Markdown turns its backticks
 #: into <code>): ":meth:<code>consume</code>".
 RAW_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|mod|attr|exc|data|obj|const):(?:<code>|`)")
+#: A Sphinx field the docstring parser did not turn into a table row (":param topic:").
+RAW_FIELD = re.compile(r":(?:param|type|returns?|rtype|raises?)(?: [\w.*]+)?:")
 #: mkdocstrings' signature formatter wraps at 60 columns (an unbreakable name or default
 #: may run past it); an unformatted signature is one line, hundreds of columns long.
 SIGNATURE_WIDTH = 100
@@ -129,6 +131,15 @@ def test_no_docstring_role_is_shown_raw(site: Site) -> None:
     raw = {page: len(RAW_ROLE.findall(text)) for page, text in site.pages.items()}
     raw = {page: count for page, count in raw.items() if count}
     assert not raw, f"{sum(raw.values())} raw roles on {len(raw)} pages: {sorted(raw)[:10]}"
+
+
+def test_param_fields_are_parameter_tables(site: Site) -> None:
+    raw = sorted(page for page, text in site.pages.items() if RAW_FIELD.search(text))
+    assert not raw, f"raw :param:/:returns: fields on {raw[:10]}"
+    sensor = site.pages["reference/sensors/nsq.html"]
+    table = sensor.partition('doc-section-title">Parameters:')[2]
+    for name in ("topic", "channel", "min_messages", "deferrable"):
+        assert f"<code>{name}</code>" in table, name
 
 
 def test_roles_link_to_what_the_site_documents(site: Site) -> None:
