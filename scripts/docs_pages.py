@@ -88,6 +88,24 @@ def module_pages() -> dict[str, tuple[str, Path]]:
     return pages
 
 
+def declares_api(path: Path) -> bool:
+    """Whether ``path`` is a package's ``__init__.py`` naming its API in ``__all__`` (the
+    client, the Spark package, the embedded daemons): its page lists every name there
+    and all their members, documented or not (a constant, an options field, a method
+    made by a decorator), so that the whole API it declares is on the page."""
+    if path.name != "__init__.py":
+        return False
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(
+        isinstance(node, ast.Assign | ast.AnnAssign)
+        and any(
+            isinstance(target, ast.Name) and target.id == "__all__"
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+        for node in tree.body
+    )
+
+
 def landing_sections(pages: dict[str, tuple[str, Path]]) -> list[tuple[str, list[str]]]:
     """The landing page's ``##`` headings and the modules each links to, in its order."""
     by_doc = {doc: module for module, (doc, _) in pages.items()}
@@ -160,9 +178,13 @@ def main() -> None:
         )
 
     pages = module_pages()
+    public = {module for _, modules in landing_sections(pages) for module in modules}
     for module, (doc, path) in pages.items():
         # The title's id is the module's path: a cross-reference to the module lands here.
-        write_page(f"reference/{doc}", f"# `{module}` {{ #{module} }}\n\n::: {module}\n", path)
+        text = f"# `{module}` {{ #{module} }}\n\n::: {module}\n"
+        if module in public and declares_api(path):
+            text += "    options:\n      show_if_no_docstring: true\n"
+        write_page(f"reference/{doc}", text, path)
     with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as summary:
         summary.writelines(reference_nav(pages).build_literate_nav())
 
