@@ -166,7 +166,7 @@ def main() -> None:
     write_page("changelog.md", (ROOT / "CHANGELOG.md").read_text(), ROOT / "CHANGELOG.md")
     for guide in sorted((ROOT / "docs").glob("*.md")):
         text = guide.read_text()
-        if _EXAMPLE_LINK.search(text):
+        if guide.name != "index.md" and _EXAMPLE_LINK.search(text):  # index.md: above
             write_page(guide.name, site_links(text, "docs/"), guide)
     for example in sorted((ROOT / "example_dags").glob("*.py")):
         code = example.read_text()
