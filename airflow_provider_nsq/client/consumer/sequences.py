@@ -8,7 +8,7 @@ consumes (the hook's consume window, the sensor, the triggers, the Spark reader)
 What it guarantees:
 
 - one connection per nsqd, each SUB'd to the same topic/channel; one RDY budget shared
-  as :mod:`.ready` plans it (never above an nsqd's ``max_rdy_count``). A streaming
+  as :mod:`.rdy_plan` plans it (never above an nsqd's ``max_rdy_count``). A streaming
   consumer that holds more messages than one connection may (``max_rdy_count``, 2500 by
   default) can allow more connections per nsqd (``max_connections_per_nsqd``): each
   nsqd then gets as many as one nsqd needs to hold the whole budget;
