@@ -43,7 +43,7 @@ message. The payload's ``nsqd`` is that nsqd's address.
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -71,6 +71,7 @@ from .event_stream import (
     DEFAULT_REQUEUE_DELAY_MS,
     NSQEventStreamProducer,
 )
+from .loop_generators import LoopGenerator
 
 # NSQEventStreamProducer and ACK_MODE are imported from here too: the queue provider,
 # Airflow 3.3's shared-stream machinery (through create_shared_stream_producer) and DAGs.
@@ -280,10 +281,18 @@ class NSQEventTrigger(BaseEventTrigger):
 
     # -- Airflow 3.0-3.2: settle right after the events are handed over -------------------
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
+    def run(self) -> AsyncIterator[TriggerEvent]:
         """The pre-3.3 path (also what a direct ``run()`` does): the same producer and
         batches, but each batch is settled (FIN) right after its events are yielded,
-        which is before the triggerer stored them."""
+        which is before the triggerer stored them.
+
+        The subscription lives in a generator the event loop closes (CLS, REQ what was
+        taken and not answered) however the caller lets go: cancelled, ``aclose()``, or
+        dropped unfinished (:class:`~.loop_generators.LoopGenerator`).
+        """
+        return LoopGenerator(self._settled_events)
+
+    async def _settled_events(self) -> AsyncGenerator[TriggerEvent, None]:
         if not ACK_MODE:
             self.log.warning(
                 "This Airflow has no shared-stream ack mode (it needs Airflow >= 3.3): each "

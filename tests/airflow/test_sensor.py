@@ -30,7 +30,10 @@ from .conftest import (
     needs_airflow,
     read,
     run_dag,
+    unraisable_is_an_error,
 )
+
+pytestmark = unraisable_is_an_error
 
 DAGS = TEST_DAGS / "nsq_sensor_dags.py"
 RECORD_KEYS = {"id", "body", "body_encoding", "attempts", "timestamp", "topic", "channel", "nsqd"}
