@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "airflow_provider_nsq"
 #: Modules that hold no API: a command line's entry point.
 SKIPPED = {"__main__"}
+#: Pages whose class is built from the provider's other classes, and whose reference
+#: lists what it gets from them (NSQHook: its role hooks' methods).
+INHERITED_MEMBERS = {"airflow_provider_nsq.hooks.nsq"}
 _EXAMPLE_LINK = re.compile(r"\]\(\.\./example_dags/([\w/]+)\.py\)")
 
 
@@ -79,9 +82,11 @@ def main() -> None:
             else Path(*inner).with_suffix(".md")
         )
         nav[inner or (PACKAGE,)] = doc.as_posix()
-        write_page(
-            f"reference/{doc.as_posix()}", f"# `{'.'.join(parts)}`\n\n::: {'.'.join(parts)}\n", path
+        name = ".".join(parts)
+        options = (
+            "    options:\n      inherited_members: true\n" if name in INHERITED_MEMBERS else ""
         )
+        write_page(f"reference/{doc.as_posix()}", f"# `{name}`\n\n::: {name}\n{options}", path)
     with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as summary:
         summary.writelines(nav.build_literate_nav())
 
