@@ -4,6 +4,7 @@ as Apache's providers warn about theirs)."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import TypeVar
 
@@ -37,6 +38,19 @@ def renamed_argument(
     warnings.warn(
         f"{owner}({old_name}=...) is deprecated: use {new_name}= ({meaning}; the same values)",
         AirflowProviderDeprecationWarning,
-        stacklevel=3,
+        stacklevel=_callers_level(),
     )
     return old_value
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` (for a warning issued by the function that calls this) of the
+    first frame outside the provider and Airflow: the line of the DAG that built the
+    operator, past Airflow's wrappers of ``__init__``."""
+    here = inspect.currentframe()
+    level, frame = 1, here.f_back if here is not None else None  # the warning's own
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(
+        ("airflow_provider_nsq.", "airflow.")
+    ):
+        level, frame = level + 1, frame.f_back
+    return level

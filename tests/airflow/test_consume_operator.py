@@ -128,11 +128,12 @@ def test_bad_literal_arguments_fail_at_dag_parse_naming_the_value(kwargs, named)
 
 
 def test_window_is_the_deprecated_name_of_idle_timeout():
-    with pytest.warns(DeprecationWarning, match=r"use idle_timeout="):
+    with pytest.warns(DeprecationWarning, match=r"use idle_timeout=") as warned:
         op = NSQConsumeOperator(
             task_id="apply", topic="events", channel="apply", apply_function=print, window=2
         )
     assert op.idle_timeout == 2
+    assert warned[0].filename == __file__  # the DAG's line, past Airflow's wrappers
     with pytest.raises(NSQValueError, match=r"give idle_timeout only"):
         NSQConsumeOperator(
             task_id="apply",

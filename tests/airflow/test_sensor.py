@@ -97,9 +97,10 @@ def test_templated_names_are_accepted_at_parse():
 
 
 def test_window_is_the_deprecated_name_of_window_timeout():
-    with pytest.warns(DeprecationWarning, match=r"use window_timeout="):
+    with pytest.warns(DeprecationWarning, match=r"use window_timeout=") as warned:
         sensor = NSQSensor(task_id="wait", topic="events", channel="etl", window=2)
     assert sensor.window_timeout == 2.0
+    assert warned[0].filename == __file__  # the DAG's line, past Airflow's wrappers
     with pytest.warns(DeprecationWarning, match=r"use window_timeout="):
         templated = NSQSensor(task_id="wait", topic="t", channel="c", window="{{ params.w }}")
     assert templated.window_timeout == "{{ params.w }}"  # rendered as window_timeout
