@@ -46,7 +46,7 @@ def nsq_consume_apply():
         apply_function=apply_order,
         apply_function_kwargs={"currency": "EUR"},
         max_messages=500,  # at most this many per run ...
-        window=datetime.timedelta(seconds=5),  # ... or until 5 s pass with nothing new
+        idle_timeout=datetime.timedelta(seconds=5),  # ... or until 5 s pass with nothing new
         max_attempts="{{ params.max_attempts }}",
         requeue_delay=datetime.timedelta(seconds=1),  # 1 s, 2 s, 4 s ... per delivery
         dead_letter_topic="{{ params.dead_letter_topic }}",

@@ -142,7 +142,7 @@ def nsq_gate_spark_job():
         channel="{{ params.channel }}",
         min_messages=1,
         max_messages=1000,  # also what XCom carries: keep a gate's batch bounded
-        window=datetime.timedelta(seconds=3),
+        window_timeout=datetime.timedelta(seconds=3),
         poke_interval=5,
         timeout=600,
     )

@@ -31,6 +31,9 @@ PACKAGE = "airflow_provider_nsq"
 SKIPPED = {"__main__"}
 #: The reference's landing page (written), whose links order the reference's navigation.
 LANDING = ROOT / "docs" / "reference" / "index.md"
+#: Pages whose class is built from the provider's other classes, and whose reference
+#: lists what it gets from them (NSQHook: its role hooks' methods).
+INHERITED_MEMBERS = {"airflow_provider_nsq.hooks.nsq"}
 _EXAMPLE_LINK = re.compile(r"\]\(\.\./example_dags/([\w/]+)\.py\)")
 _README_PART = re.compile(r"^<!-- README\.md: (?P<part>[^>]+?) -->$", re.MULTILINE)
 _MODULE_LINK = re.compile(r"\]\((?P<doc>[\w/.]+\.md)\)")
@@ -182,8 +185,13 @@ def main() -> None:
     for module, (doc, path) in pages.items():
         # The title's id is the module's path: a cross-reference to the module lands here.
         text = f"# `{module}` {{ #{module} }}\n\n::: {module}\n"
+        options = []
         if module in public and declares_api(path):
-            text += "    options:\n      show_if_no_docstring: true\n"
+            options.append("      show_if_no_docstring: true\n")
+        if module in INHERITED_MEMBERS:
+            options.append("      inherited_members: true\n")
+        if options:
+            text += "    options:\n" + "".join(options)
         write_page(f"reference/{doc}", text, path)
     with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as summary:
         summary.writelines(reference_nav(pages).build_literate_nav())

@@ -31,11 +31,13 @@ from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..protocol.value_checks import check_bool, check_int
+from ..renamed_arguments import renamed_argument
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
 _METRICS = emitter("task")
+_DEFAULT_IDLE_TIMEOUT_S = 5.0
 
 ApplyFunction = Callable[..., Any] | str
 
@@ -115,8 +117,8 @@ class NSQConsumeOperator(BaseOperator):
     msg_timeout passed, however long the function takes (up to nsqd's
     ``--max-msg-timeout``, 15 min by default, per message).
 
-    The task ends after ``max_messages`` deliveries were answered, or once ``window``
-    seconds passed with nothing to do, and returns a summary to XCom: ``{"topic",
+    The task ends after ``max_messages`` deliveries were answered, or once
+    ``idle_timeout`` seconds passed with nothing to do, and returns a summary to XCom: ``{"topic",
     "channel", "messages", "applied", "requeued", "dead_lettered", "nsqds", "ended"}``;
     with ``return_apply_function_results=True``, the list of the function's non-None
     results instead. If it fails or times out (``execution_timeout``), everything taken
@@ -130,11 +132,11 @@ class NSQConsumeOperator(BaseOperator):
     :param apply_function_args: positional arguments put before the record (templated).
     :param apply_function_kwargs: keyword arguments (templated).
     :param max_messages: end after this many deliveries (default 1000; None: only
-        ``window`` ends the task) (templated).
+        ``idle_timeout`` ends the task) (templated).
     :param max_batch_size: messages held at once: the batch size for
         ``apply_function_batch``, and how many are read ahead for ``apply_function``
         (default 100, at most 2500, nsqd's ``--max-rdy-count``).
-    :param window: end once this long passed with nothing to do: seconds or a
+    :param idle_timeout: end once this long passed with nothing to do: seconds or a
         ``timedelta`` (default 5 s) (templated).
     :param max_attempts: the delivery (nsqd's ``attempts``, counting every delivery of
         the message to any consumer) whose failure sets the message aside (default 5;
@@ -146,6 +148,7 @@ class NSQConsumeOperator(BaseOperator):
         JSON-serialisable; a result that is not makes the task fail, its message REQ'd)
         instead of the summary.
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
+    :param window: the deprecated name of ``idle_timeout`` (a warning names it).
     """
 
     template_fields: Sequence[str] = (
@@ -154,7 +157,7 @@ class NSQConsumeOperator(BaseOperator):
         "apply_function_args",
         "apply_function_kwargs",
         "max_messages",
-        "window",
+        "idle_timeout",
         "max_attempts",
         "dead_letter_topic",
         "nsq_conn_id",
@@ -173,15 +176,22 @@ class NSQConsumeOperator(BaseOperator):
         apply_function_kwargs: Mapping[str, Any] | None = None,
         max_messages: int | str | None = 1000,
         max_batch_size: int = 100,
-        window: datetime.timedelta | float | str = 5.0,
+        idle_timeout: datetime.timedelta | float | str = _DEFAULT_IDLE_TIMEOUT_S,
         max_attempts: int | str | None = 5,
         requeue_delay: Delay = 1000,
         dead_letter_topic: str | None = None,
         return_apply_function_results: bool = False,
         nsq_conn_id: str = NSQHook.default_conn_name,
+        window: datetime.timedelta | float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        idle_timeout = renamed_argument(
+            "NSQConsumeOperator",
+            ("idle_timeout", idle_timeout, _DEFAULT_IDLE_TIMEOUT_S),
+            ("window", window),
+            "how long the task waits with nothing to do before it ends",
+        )
         if (apply_function is None) == (apply_function_batch is None):
             raise NSQValueError(
                 "give exactly one of apply_function and apply_function_batch, got "
@@ -197,8 +207,8 @@ class NSQConsumeOperator(BaseOperator):
         for name, value in (("max_messages", max_messages), ("max_attempts", max_attempts)):
             if not is_templated(value):
                 _count(name, value)
-        if not is_templated(window):
-            duration_to_seconds(window, "window")
+        if not is_templated(idle_timeout):
+            duration_to_seconds(idle_timeout, "idle_timeout")
         # nsqd's --max-rdy-count: one connection holds at most that many messages.
         check_int(max_batch_size, "max_batch_size", minimum=1, maximum=DEFAULT_MAX_RDY_COUNT)
         _check_dead_letter_topic(dead_letter_topic, topic)
@@ -211,7 +221,7 @@ class NSQConsumeOperator(BaseOperator):
         self.apply_function_kwargs = dict(apply_function_kwargs or {})
         self.max_messages: Any = max_messages
         self.max_batch_size = max_batch_size
-        self.window: Any = window
+        self.idle_timeout: Any = idle_timeout
         self.max_attempts: Any = max_attempts
         self.requeue_delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
         self.dead_letter_topic = dead_letter_topic
@@ -250,13 +260,13 @@ class NSQConsumeOperator(BaseOperator):
         _check_dead_letter_topic(self.dead_letter_topic, self.topic)
         max_messages = _count("max_messages", self.max_messages)
         max_attempts = _count("max_attempts", self.max_attempts)
-        window = duration_to_seconds(self.window, "window")
+        idle_timeout = duration_to_seconds(self.idle_timeout, "idle_timeout")
         config = self.hook.get_client_config()  # the first read of the connection
         return ApplySettings(
             batch=self.apply_function_batch is not None,
             max_messages=max_messages,
             max_in_flight=self.max_batch_size,
-            window=window,
+            idle_timeout=idle_timeout,
             max_attempts=max_attempts,
             requeue_delay_ms=min(self.requeue_delay_ms, config.max_req_timeout_ms),
             max_requeue_delay_ms=config.max_req_timeout_ms,
@@ -292,10 +302,10 @@ class NSQConsumeOperator(BaseOperator):
             stopping=self._killed.is_set,
         )
         self.log.info(
-            "Consuming %s/%s (max_messages=%s, max_batch_size=%s, window=%ss, "
+            "Consuming %s/%s (max_messages=%s, max_batch_size=%s, idle_timeout=%ss, "
             "max_attempts=%s, dead_letter_topic=%s)",
             *(self.topic, self.channel, settings.max_messages, settings.max_in_flight),
-            *(settings.window, settings.max_attempts, self.dead_letter_topic),
+            *(settings.idle_timeout, settings.max_attempts, self.dead_letter_topic),
         )
         summary = run.run()
         result = summary.as_dict(self.topic, self.channel)

@@ -7,7 +7,6 @@ daemons, in :mod:`airflow_provider_nsq.testing.wire`."""
 from .commands import (
     CLS,
     NOP,
-    check_delay_ms,
     encode_auth,
     encode_dpub,
     encode_fin,
@@ -66,6 +65,7 @@ from .names import (
     validate_channel_name,
     validate_topic_name,
 )
+from .value_checks import check_delay_ms
 
 __all__ = [
     "CLS",

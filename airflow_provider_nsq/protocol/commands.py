@@ -23,7 +23,7 @@ from .constants import (
 )
 from .errors import NSQValueError
 from .names import validate_channel_name, validate_topic_name
-from .value_checks import is_int
+from .value_checks import check_delay_ms, is_int
 
 _U32 = struct.Struct(">I")
 _pack_u32 = _U32.pack
@@ -59,17 +59,6 @@ def _check_body(body: object, max_msg_size: int, what: str = "message") -> bytes
             "(nsqd --max-msg-size)"
         )
     return bytes(body)
-
-
-def check_delay_ms(delay_ms: object, max_delay_ms: int, what: str = "DPUB delay") -> int:
-    """Validate a delay in milliseconds: an int in ``0..max_delay_ms``, never clamped."""
-    if not is_int(delay_ms):
-        raise NSQValueError(f"{what} must be whole milliseconds (int), got {delay_ms!r}")
-    if not 0 <= delay_ms <= max_delay_ms:
-        raise NSQValueError(
-            f"{what} {delay_ms} ms is out of range 0-{max_delay_ms} ms (nsqd --max-req-timeout)"
-        )
-    return delay_ms
 
 
 def _check_id(message_id: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""Plain values checked one way in every layer: booleans, whole numbers, seconds.
+"""Plain values checked one way in every layer: booleans, whole numbers, seconds, delays.
 
 Python's ``bool`` is an ``int`` (``isinstance(True, int)`` holds, and JSON's ``true``
 decodes to it), so every "is this a whole number?" must leave booleans out. This module
@@ -10,8 +10,9 @@ Two forms of each check:
 - predicates (:func:`is_bool`, :func:`is_int`, :func:`is_number`, :func:`is_seconds`)
   for code that branches on a value's type or words its own error (a field of a server's
   answer, a setting's description);
-- checkers (:func:`check_bool`, :func:`check_int`, :func:`check_seconds`) that return the
-  value or raise :class:`~.errors.NSQValueError` naming ``what`` and the value given:
+- checkers (:func:`check_bool`, :func:`check_int`, :func:`check_seconds`,
+  :func:`check_delay_ms`) that return the value or raise
+  :class:`~.errors.NSQValueError` naming ``what`` and the value given:
   ``max_messages must be an int >= 1, got True``.
 
 A duration given as a ``timedelta`` or as text is read by the client's setting values
@@ -103,3 +104,21 @@ def check_seconds(value: object, what: str, *, maximum: float | None = None) -> 
         most = "" if maximum is None else f" and at most {maximum:g}"
         raise NSQValueError(f"{what} must be a number of seconds > 0{most}, got {value!r}")
     return float(value)
+
+
+def check_delay_ms(delay_ms: object, max_delay_ms: int, what: str = "DPUB delay") -> int:
+    """``delay_ms`` if it is whole milliseconds (an ``int``) in ``0..max_delay_ms`` (nsqd's
+    ``--max-req-timeout``, the connection's ``max_req_timeout_ms``); never clamped.
+
+    :param delay_ms: the delay given.
+    :param max_delay_ms: the longest delay nsqd accepts, in milliseconds.
+    :param what: what it is, for the error (``"DPUB delay"``, ``"requeue_delay"``).
+    :raises NSQValueError: ``<what> 5000 ms is out of range 0-1000 ms (nsqd --max-req-timeout)``.
+    """
+    if not is_int(delay_ms):
+        raise NSQValueError(f"{what} must be whole milliseconds (int), got {delay_ms!r}")
+    if not 0 <= delay_ms <= max_delay_ms:
+        raise NSQValueError(
+            f"{what} {delay_ms} ms is out of range 0-{max_delay_ms} ms (nsqd --max-req-timeout)"
+        )
+    return delay_ms

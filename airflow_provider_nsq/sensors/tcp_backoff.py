@@ -2,7 +2,7 @@
 
 Without the HTTP API the window is the check, and a window that comes back short hands
 back (REQ, ``attempts + 1``) every message it saw. So after the n-th short window in a
-row the next one waits ``max(poke_interval, window) x 2^(n+1)``, up to
+row the next one waits ``max(poke_interval, window_timeout) x 2^(n+1)``, up to
 :data:`TCP_WINDOW_MAX_BACKOFF_S`.
 
 In poke mode one process runs every window, and the sensor counts them itself. In
@@ -24,15 +24,17 @@ from ..client.backoff import Backoff
 TCP_WINDOW_MAX_BACKOFF_S = 300.0
 
 
-def tcp_backoff(poke_interval: float, window: float) -> Backoff:
+def tcp_backoff(poke_interval: float, window_timeout: float) -> Backoff:
     """The pauses after the 1st, 2nd ... short window in a row: ``max(poke_interval,
-    window) x 4, x 8 ...``, up to :data:`TCP_WINDOW_MAX_BACKOFF_S`."""
-    return Backoff(max(poke_interval, window) * 4, max(TCP_WINDOW_MAX_BACKOFF_S, poke_interval))
+    window_timeout) x 4, x 8 ...``, up to :data:`TCP_WINDOW_MAX_BACKOFF_S`."""
+    return Backoff(
+        max(poke_interval, window_timeout) * 4, max(TCP_WINDOW_MAX_BACKOFF_S, poke_interval)
+    )
 
 
-def tcp_pause(short_windows: int, poke_interval: float, window: float) -> float:
+def tcp_pause(short_windows: int, poke_interval: float, window_timeout: float) -> float:
     """Seconds to wait after ``short_windows`` short windows in a row (>= 1)."""
-    return tcp_backoff(poke_interval, window).nth(short_windows)
+    return tcp_backoff(poke_interval, window_timeout).nth(short_windows)
 
 
 def next_reschedule(
@@ -42,7 +44,7 @@ def next_reschedule(
     now: datetime.datetime,
     timeout: float,
     poke_interval: float,
-    window: float,
+    window_timeout: float,
 ) -> datetime.datetime:
     """When a rescheduled sensor whose window just came back short should wake up.
 
@@ -53,6 +55,6 @@ def next_reschedule(
     :param timeout: the sensor's timeout, seconds: it never sleeps past it (plus a
         second, so that the poke then finds the timeout passed and opens no window).
     """
-    pause = tcp_pause(reschedules + 1, poke_interval, window)
+    pause = tcp_pause(reschedules + 1, poke_interval, window_timeout)
     deadline = started + datetime.timedelta(seconds=timeout + 1)
     return min(now + datetime.timedelta(seconds=pause), deadline)

@@ -1,6 +1,7 @@
-"""The sizes of a sensor window (``min_messages``, ``max_messages``, ``window``), checked
-the same way when the DAG is parsed (literal values) and when the task runs (values
-rendered from templates, which arrive as strings such as ``"10"`` or ``"2.5"``)."""
+"""The sizes of a sensor's consume window (``min_messages``, ``max_messages``,
+``window_timeout``), checked the same way when the DAG is parsed (literal values) and
+when the task runs (values rendered from templates, which arrive as strings such as
+``"10"`` or ``"2.5"``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from ..protocol.value_checks import is_int
 #: nsqd's default --max-rdy-count: a window holds all its messages in flight at once.
 MAX_WINDOW_MESSAGES = DEFAULT_MAX_RDY_COUNT
 
+WindowTimeout = datetime.timedelta | float | str
+
 
 @dataclass(frozen=True, slots=True)
 class WindowSettings:
@@ -22,7 +25,7 @@ class WindowSettings:
 
     min_messages: int
     max_messages: int
-    window: float  # seconds
+    window_timeout: float  # seconds
 
 
 def message_count(name: str, value: object) -> int:
@@ -35,13 +38,14 @@ def message_count(name: str, value: object) -> int:
     return count
 
 
-def window_seconds(value: object) -> float:
-    """``window`` as float seconds: a number, a ``timedelta`` or a rendered number."""
-    return duration_to_seconds(value, "window")
+def window_timeout_seconds(value: object) -> float:
+    """``window_timeout`` as float seconds: a number, a ``timedelta`` or a rendered
+    number."""
+    return duration_to_seconds(value, "window_timeout")
 
 
 def check_window_settings(
-    min_messages: object, max_messages: object, window: object
+    min_messages: object, max_messages: object, window_timeout: object
 ) -> WindowSettings:
     """All three checked, and against each other; the error names the bad value."""
     low = message_count("min_messages", min_messages)
@@ -53,11 +57,11 @@ def check_window_settings(
         )
     if low > high:
         raise NSQValueError(f"min_messages={low} is more than max_messages={high}")
-    return WindowSettings(low, high, window_seconds(window))
+    return WindowSettings(low, high, window_timeout_seconds(window_timeout))
 
 
 def check_literal_window_settings(
-    min_messages: object, max_messages: object, window: object
+    min_messages: object, max_messages: object, window_timeout: object
 ) -> None:
     """At DAG parse: check what is not a template now (each value, and the pair when
     both are literal); templated values are checked once rendered."""
@@ -66,24 +70,25 @@ def check_literal_window_settings(
         for name, value in (
             ("min_messages", min_messages),
             ("max_messages", max_messages),
-            ("window", window),
+            ("window_timeout", window_timeout),
         )
         if not is_templated(value)
     }
     if len(literal) == 3:
-        check_window_settings(min_messages, max_messages, window)
+        check_window_settings(min_messages, max_messages, window_timeout)
         return
     for name in ("min_messages", "max_messages"):
         if name in literal:
             message_count(name, literal[name])
-    if "window" in literal:
-        window_seconds(literal["window"])
+    if "window_timeout" in literal:
+        window_timeout_seconds(literal["window_timeout"])
     if "max_messages" in literal:
         check_window_settings(1, literal["max_messages"], 1.0)
 
 
-def stored_window(window: datetime.timedelta | float | str) -> float | str:
-    """What the sensor keeps for ``window`` until it runs: seconds, or the template."""
-    if isinstance(window, str) and is_templated(window):
-        return window
-    return window_seconds(window)
+def stored_window_timeout(window_timeout: WindowTimeout) -> float | str:
+    """What the sensor keeps for ``window_timeout`` until it runs: seconds, or the
+    template."""
+    if isinstance(window_timeout, str) and is_templated(window_timeout):
+        return window_timeout
+    return window_timeout_seconds(window_timeout)

@@ -20,8 +20,9 @@ heartbeat interval (30 s by default) while ``connections`` still counts it.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from ..client import AsyncNSQConsumer
@@ -111,3 +112,44 @@ class TriggerHealth:
             return
         for nsqd, when in sorted(self._heard.items()):
             send.gauge(f"{name}.last_contact", now - when, nsqd=nsqd, **self.tags)
+
+
+class HealthReports:
+    """A trigger's :class:`TriggerHealth` reported on time while it waits, from the event
+    loop's timer (``call_later``), not from a task of its own.
+
+    Stopping it is one call that awaits nothing, so it is safe in the ``finally`` of a
+    trigger's ``run()`` however the generator ends: finished, cancelled, closed with
+    ``aclose()``, or closed by the garbage collector outside any event loop (where an
+    ``await`` would make Python report "async generator ignored GeneratorExit").
+
+    :param health: what to report.
+    :param consumer: the trigger's consumer at the time of a report (None: none).
+    :param per_nsqd: as :meth:`TriggerHealth.report` takes it.
+    """
+
+    def __init__(
+        self,
+        health: TriggerHealth,
+        consumer: Callable[[], AsyncNSQConsumer | None],
+        *,
+        per_nsqd: bool = True,
+    ) -> None:
+        self.health = health
+        self.consumer = consumer
+        self.per_nsqd = per_nsqd
+        self._next: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        """Report now, then every :data:`HEALTH_INTERVAL_S` on the running loop."""
+        self._report(asyncio.get_running_loop())
+
+    def stop(self) -> None:
+        """No more reports (the loop may be running, closed, or gone)."""
+        if self._next is not None:
+            self._next.cancel()
+            self._next = None
+
+    def _report(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.health.report(self.consumer(), per_nsqd=self.per_nsqd)
+        self._next = loop.call_later(self.health.seconds_to_report(), self._report, loop)

@@ -33,7 +33,6 @@ triggerer shutdown) closes its connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import time
 from collections.abc import AsyncIterator
@@ -50,7 +49,7 @@ from ..protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ..protocol.errors import NSQError
 from ..protocol.value_checks import is_number
 from .failover import trigger_consumer_options
-from .health import TriggerHealth
+from .health import HealthReports, TriggerHealth
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
 MIN_INTERVAL_S = 0.1
@@ -154,19 +153,15 @@ class NSQMessageTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Check until ready, the deadline, or an error (:meth:`_wait`), reporting the
         trigger's health (:mod:`~airflow_provider_nsq.triggers.health`) meanwhile."""
-        reporter = asyncio.create_task(self._report_health(self.health))
+        reports = HealthReports(self.health, lambda: self.consumer, per_nsqd=False)
+        reports.start()
         try:
             async for event in self._wait():
                 yield event
         finally:
-            reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reporter
-
-    async def _report_health(self, health: TriggerHealth) -> None:
-        while True:
-            health.report(self.consumer, per_nsqd=False)
-            await asyncio.sleep(health.seconds_to_report())
+            # Nothing awaited here: Airflow, dag.test() or the garbage collector may close
+            # this generator at its yield, where an await cannot run.
+            reports.stop()
 
     async def _wait(self) -> AsyncIterator[TriggerEvent]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)

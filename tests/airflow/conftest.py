@@ -27,6 +27,13 @@ EXAMPLE_DAGS = ROOT / "example_dags"
 AIRFLOW_VERSION = Version(version("apache-airflow"))
 
 
+#: For the modules that run triggers: Python's report of what a closing generator could
+#: not do ("async generator ignored GeneratorExit") fails the test instead of a log line.
+unraisable_is_an_error = pytest.mark.filterwarnings(
+    "error::pytest.PytestUnraisableExceptionWarning"
+)
+
+
 def needs_airflow(minimum: str, what: str) -> pytest.MarkDecorator:
     """Skip on an Airflow older than ``minimum``, saying which version ``what`` needs."""
     return pytest.mark.skipif(

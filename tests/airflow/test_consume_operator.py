@@ -38,7 +38,7 @@ TI = types.SimpleNamespace(dag_id="orders", task_id="apply", run_id="manual__1")
 
 
 def _op(**kwargs) -> NSQConsumeOperator:
-    defaults = {"task_id": "apply", "topic": "events", "channel": "apply", "window": 1.0}
+    defaults = {"task_id": "apply", "topic": "events", "channel": "apply", "idle_timeout": 1.0}
     if "apply_function" not in kwargs and "apply_function_batch" not in kwargs:
         defaults["apply_function"] = lambda record: None
     return NSQConsumeOperator(**{**defaults, **kwargs})
@@ -113,7 +113,7 @@ class Calls:
         ({"max_messages": True}, "got True"),
         ({"max_batch_size": 0}, "max_batch_size must be an int 1-2500"),
         ({"max_batch_size": 2501}, "got 2501"),
-        ({"window": 0}, "window must be a number of seconds > 0, got 0"),
+        ({"idle_timeout": 0}, "idle_timeout must be a number of seconds > 0, got 0"),
         ({"max_attempts": 0}, "max_attempts must be an int >= 1, got 0"),
         ({"requeue_delay": -5}, "requeue_delay must not be negative"),
         ({"requeue_delay": 1.5}, "requeue_delay must be a timedelta or whole milliseconds"),
@@ -127,13 +127,31 @@ def test_bad_literal_arguments_fail_at_dag_parse_naming_the_value(kwargs, named)
         _op(**kwargs)
 
 
+def test_window_is_the_deprecated_name_of_idle_timeout():
+    with pytest.warns(DeprecationWarning, match=r"use idle_timeout=") as warned:
+        op = NSQConsumeOperator(
+            task_id="apply", topic="events", channel="apply", apply_function=print, window=2
+        )
+    assert op.idle_timeout == 2
+    assert warned[0].filename == __file__  # the DAG's line, past Airflow's wrappers
+    with pytest.raises(NSQValueError, match=r"give idle_timeout only"):
+        NSQConsumeOperator(
+            task_id="apply",
+            topic="events",
+            channel="apply",
+            apply_function=print,
+            window=2,
+            idle_timeout=3,
+        )
+
+
 def test_templated_arguments_are_checked_when_rendered_without_network():
     # Parsing reads no connection: this one does not exist.
     op = _op(
         topic="{{ params.topic }}",
         channel="{{ params.channel }}",
         max_messages="{{ params.max }}",
-        window="{{ params.window }}",
+        idle_timeout="{{ params.idle }}",
         dead_letter_topic="{{ params.dead }}",
         nsq_conn_id="nowhere",
     )
@@ -143,12 +161,12 @@ def test_templated_arguments_are_checked_when_rendered_without_network():
         "apply_function_args",
         "apply_function_kwargs",
         "max_messages",
-        "window",
+        "idle_timeout",
         "dead_letter_topic",
         "nsq_conn_id",
     } <= set(op.template_fields)
 
-    op.topic, op.channel, op.max_messages, op.window = "events", "apply#ephemeral", "3", "1"
+    op.topic, op.channel, op.max_messages, op.idle_timeout = "events", "apply#ephemeral", "3", "1"
     with pytest.raises(NSQValueError, match="is #ephemeral"):
         op.execute({})
     op.channel, op.dead_letter_topic = "apply", "events"
@@ -247,7 +265,7 @@ def test_a_failure_is_requeued_with_a_delay_doubling_per_delivery(nsqd, nsq_defa
         max_messages=3,
         # nsqd finds due deferred messages by sampling 20 channels every 100 ms: a real
         # nsqd holding hundreds of channels hands them back seconds late.
-        window=30,
+        idle_timeout=30,
     )
 
     summary = op.execute({})
@@ -425,15 +443,15 @@ def test_max_messages_takes_no_more_than_it_answers(nsqd, nsq_default, nsq_topic
     assert [m.attempts for m in left] == [1, 1]  # never delivered: the budget held them
 
 
-def test_an_empty_channel_ends_the_run_after_window(nsqd, nsq_default, nsq_topic):
+def test_an_empty_channel_ends_the_run_after_idle_timeout(nsqd, nsq_default, nsq_topic):
     started = time.monotonic()
-    summary = _op(topic=nsq_topic, window=1.0).execute({})
+    summary = _op(topic=nsq_topic, idle_timeout=1.0).execute({})
     elapsed = time.monotonic() - started
     assert (summary["messages"], summary["ended"]) == (0, "window")
     assert 1.0 <= elapsed < 4.0, elapsed
 
 
-def test_the_window_counts_from_the_last_message(nsqd, nsq_default, nsq_topic):
+def test_the_idle_timeout_counts_from_the_last_message(nsqd, nsq_default, nsq_topic):
     nsqd.create_channel(nsq_topic, "apply")
     bodies = [f"t{i}".encode() for i in range(4)]
 
@@ -445,7 +463,7 @@ def test_the_window_counts_from_the_last_message(nsqd, nsq_default, nsq_topic):
     publisher = threading.Thread(target=trickle, daemon=True)
     calls = Calls()
     publisher.start()
-    summary = _op(topic=nsq_topic, apply_function=calls, window=1.5).execute({})
+    summary = _op(topic=nsq_topic, apply_function=calls, idle_timeout=1.5).execute({})
     publisher.join(5)
 
     assert [body for body, _ in calls.seen()] == ["t0", "t1", "t2", "t3"]

@@ -19,7 +19,9 @@ from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQTLSError, NSQValueError
 from airflow_provider_nsq.triggers.nsq_event import ACK_MODE, NSQEventTrigger
 
-from .conftest import needs_airflow, read
+from .conftest import needs_airflow, read, unraisable_is_an_error
+
+pytestmark = unraisable_is_an_error
 
 CHANNEL = "airflow"
 #: The tests that drive the shared-stream ack mode.

@@ -15,9 +15,10 @@ from typing import Any
 
 from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
 
+from .conftest import unraisable_is_an_error
 from .test_event_trigger import CHANNEL, Triggerer, ack_mode
 
-pytestmark = ack_mode
+pytestmark = [ack_mode, unraisable_is_an_error]
 
 #: Short, so a producer that appears is joined within a bounded test.
 POLL_S = 0.5

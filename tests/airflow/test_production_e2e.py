@@ -369,7 +369,7 @@ def test_reschedule_mode_keeps_its_backoff_across_reschedules(nsqd, production):
     wakes = [utc_timestamp(r[2]) for r in rows]
     deadline = starts[0] + RESCHEDULE_TIMEOUT_S
     # Each reschedule (one per poke, each poke one short window) waits for the next
-    # window: 20 s, 40 s ... after it (poke_interval=5, window=1), or until the timeout;
+    # window: 20 s, 40 s ... after it (poke_interval=5, window_timeout=1), or until the timeout;
     # with poke_interval alone it would be 5 s each.
     for n, (end, wake) in enumerate(zip(ends, wakes, strict=True), start=1):
         expected = min(tcp_pause(n, 5, 1), deadline + 1 - end)

@@ -11,7 +11,9 @@ from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.queues.nsq import NSQMessageQueueProvider, parse_queue_uri
 from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
 
-from .conftest import airflow_cli_json
+from .conftest import airflow_cli_json, unraisable_is_an_error
+
+pytestmark = unraisable_is_an_error
 
 PROVIDER = "airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"
 

@@ -30,7 +30,10 @@ from .conftest import (
     needs_airflow,
     read,
     run_dag,
+    unraisable_is_an_error,
 )
+
+pytestmark = unraisable_is_an_error
 
 DAGS = TEST_DAGS / "nsq_sensor_dags.py"
 RECORD_KEYS = {"id", "body", "body_encoding", "attempts", "timestamp", "topic", "channel", "nsqd"}
@@ -50,7 +53,7 @@ class FakeTI:
 
 
 def _sensor(**kwargs) -> NSQSensor:
-    defaults = {"task_id": "wait", "topic": "events", "channel": "etl", "window": 1.0}
+    defaults = {"task_id": "wait", "topic": "events", "channel": "etl", "window_timeout": 1.0}
     return NSQSensor(**{**defaults, **kwargs})
 
 
@@ -65,7 +68,7 @@ def _sensor(**kwargs) -> NSQSensor:
         {"min_messages": 0},
         {"min_messages": 5, "max_messages": 4},
         {"max_messages": 2501},
-        {"window": 0},
+        {"window_timeout": 0},
         {"rejected": "drop"},
         {"rejected_requeue_delay": -1},
         {"message_filter": 42},
@@ -90,7 +93,19 @@ def test_an_ephemeral_channel_cannot_be_deferrable():
 def test_templated_names_are_accepted_at_parse():
     sensor = _sensor(topic="{{ params.topic }}", channel="{{ params.channel }}")
     assert {"topic", "channel", "nsq_conn_id"} <= set(sensor.template_fields)
-    assert sensor.window == 1.0
+    assert sensor.window_timeout == 1.0
+
+
+def test_window_is_the_deprecated_name_of_window_timeout():
+    with pytest.warns(DeprecationWarning, match=r"use window_timeout=") as warned:
+        sensor = NSQSensor(task_id="wait", topic="events", channel="etl", window=2)
+    assert sensor.window_timeout == 2.0
+    assert warned[0].filename == __file__  # the DAG's line, past Airflow's wrappers
+    with pytest.warns(DeprecationWarning, match=r"use window_timeout="):
+        templated = NSQSensor(task_id="wait", topic="t", channel="c", window="{{ params.w }}")
+    assert templated.window_timeout == "{{ params.w }}"  # rendered as window_timeout
+    with pytest.raises(NSQValueError, match=r"give window_timeout only"):
+        NSQSensor(task_id="wait", topic="events", channel="etl", window=2, window_timeout=3)
 
 
 # -- deferral plumbing (no broker) -----------------------------------------------------
@@ -203,7 +218,7 @@ def test_the_first_check_registers_the_channel_so_messages_wait_for_it(
 
     try:
         assert nsqd.wait_for(lambda: sensor.poke({})) is True
-        records = [m.body for m in sensor._batch]
+        records = [m.body for m in sensor._held.messages]
     finally:
         sensor.hook.close()
     assert records == [b"published-later"]
@@ -239,7 +254,7 @@ def test_an_unreachable_http_api_falls_back_to_a_window(nsqd, monkeypatch, nsq_t
     sensor = _sensor(topic=nsq_topic)
     try:
         assert sensor.poke({}) is True
-        assert [m.body for m in sensor._batch] == [b"m1"]
+        assert [m.body for m in sensor._held.messages] == [b"m1"]
     finally:
         sensor.hook.close()
     logged = capsys.readouterr().out  # Airflow's task logging writes through structlog

@@ -40,7 +40,7 @@ def _sensor(topic: str, **kwargs) -> NSQSensor:
         topic=topic,
         channel="etl",
         min_messages=2,
-        window=1.0,
+        window_timeout=1.0,
         poke_interval=1,
         timeout=600,
         mode="reschedule",
@@ -55,7 +55,7 @@ def _now() -> datetime.datetime:
 def test_the_pauses_double_up_to_the_cap():
     assert [tcp_pause(n, 1, 1) for n in (1, 2, 3, 4)] == [4, 8, 16, 32]
     assert tcp_pause(20, 1, 1) == TCP_WINDOW_MAX_BACKOFF_S
-    assert tcp_pause(1, 10, 2) == 40  # max(poke_interval, window) x 4
+    assert tcp_pause(1, 10, 2) == 40  # max(poke_interval, window_timeout) x 4
     assert tcp_pause(9, 600, 1) == 600  # a poke_interval beyond the cap wins
 
 
@@ -63,11 +63,11 @@ def test_the_next_window_never_comes_after_the_timeout():
     start = datetime.datetime(2026, 1, 1, tzinfo=UTC)
     now = start + datetime.timedelta(seconds=50)
     wake = next_reschedule(
-        reschedules=2, started=start, now=now, timeout=600, poke_interval=1, window=1
+        reschedules=2, started=start, now=now, timeout=600, poke_interval=1, window_timeout=1
     )
     assert wake == now + datetime.timedelta(seconds=16)  # after the 3rd short window
     wake = next_reschedule(
-        reschedules=2, started=start, now=now, timeout=60, poke_interval=1, window=1
+        reschedules=2, started=start, now=now, timeout=60, poke_interval=1, window_timeout=1
     )
     assert wake == start + datetime.timedelta(seconds=61)  # the timeout, then it ends
 

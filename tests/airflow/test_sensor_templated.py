@@ -1,4 +1,4 @@
-"""NSQSensor's ``min_messages``, ``max_messages`` and ``window`` are templated: accepted
+"""NSQSensor's ``min_messages``, ``max_messages`` and ``window_timeout`` are templated: accepted
 as templates when the DAG is parsed, checked when rendered with the errors a literal
 value gets at parse."""
 
@@ -15,7 +15,7 @@ DAGS = TEST_DAGS / "nsq_sensor_dags.py"
 
 
 def _sensor(**kwargs) -> NSQSensor:
-    defaults = {"task_id": "wait", "topic": "events", "channel": "etl", "window": 1.0}
+    defaults = {"task_id": "wait", "topic": "events", "channel": "etl", "window_timeout": 1.0}
     return NSQSensor(**{**defaults, **kwargs})
 
 
@@ -39,10 +39,10 @@ def test_the_sizes_are_template_fields():
     sensor = _sensor(
         min_messages="{{ params.min }}",
         max_messages="{{ params.max }}",
-        window="{{ params.window }}",
+        window_timeout="{{ params.window }}",
     )
-    assert {"min_messages", "max_messages", "window"} <= set(sensor.template_fields)
-    assert sensor.window == "{{ params.window }}"  # kept until rendered
+    assert {"min_messages", "max_messages", "window_timeout"} <= set(sensor.template_fields)
+    assert sensor.window_timeout == "{{ params.window }}"  # kept until rendered
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_the_sizes_are_template_fields():
         ({"min_messages": 0}, {"min_messages": "0"}),
         ({"max_messages": 2501}, {"max_messages": "2501"}),
         ({"min_messages": 5, "max_messages": 4}, {"min_messages": "5", "max_messages": "4"}),
-        ({"window": 0}, {"window": "0"}),
+        ({"window_timeout": 0}, {"window_timeout": "0"}),
     ],
 )
 def test_a_bad_rendered_value_gets_the_error_a_literal_gets(literal, rendered):
@@ -61,7 +61,7 @@ def test_a_bad_rendered_value_gets_the_error_a_literal_gets(literal, rendered):
     assert at_parse.replace("'", "") == at_render.replace("'", "")
 
 
-@pytest.mark.parametrize("rendered", [{"min_messages": "two"}, {"window": "soon"}])
+@pytest.mark.parametrize("rendered", [{"min_messages": "two"}, {"window_timeout": "soon"}])
 def test_rendered_text_that_is_no_number_is_named(rendered):
     ((name, value),) = rendered.items()
     text = _render_error(**rendered)

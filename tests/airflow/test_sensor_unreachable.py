@@ -22,7 +22,9 @@ from airflow_provider_nsq.protocol.errors import NSQConnectionError
 from airflow_provider_nsq.sensors.nsq import NSQSensor, decode_record_body
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 
-from .conftest import TEST_DAGS, channel_is_empty, load_dag, run_dag
+from .conftest import TEST_DAGS, channel_is_empty, load_dag, run_dag, unraisable_is_an_error
+
+pytestmark = unraisable_is_an_error
 
 
 def _closed_port() -> int:

@@ -26,7 +26,7 @@ class FakeTI:
 
 
 def _sensor(**kwargs) -> NSQSensor:
-    defaults = {"task_id": "wait", "topic": "events", "channel": "etl", "window": 1.0}
+    defaults = {"task_id": "wait", "topic": "events", "channel": "etl", "window_timeout": 1.0}
     return NSQSensor(**{**defaults, **kwargs})
 
 

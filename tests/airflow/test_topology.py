@@ -17,7 +17,9 @@ from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from tests.client.net import closed_port
 
-from .conftest import TEST_DAGS, load_dag, run_dag
+from .conftest import TEST_DAGS, load_dag, run_dag, unraisable_is_an_error
+
+pytestmark = unraisable_is_an_error
 
 DAGS = TEST_DAGS / "nsq_topology_dags.py"
 

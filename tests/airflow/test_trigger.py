@@ -12,7 +12,9 @@ import pytest
 
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 
-from .conftest import read
+from .conftest import read, unraisable_is_an_error
+
+pytestmark = unraisable_is_an_error
 
 
 def _trigger(topic: str = "events", **kwargs) -> NSQMessageTrigger:

@@ -26,7 +26,9 @@ from airflow_provider_nsq.triggers.failover import TRIGGER_MSG_TIMEOUT_MS
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from airflow_provider_nsq.triggers.nsq_event import NSQEventStreamProducer
 
-from .conftest import read
+from .conftest import read, unraisable_is_an_error
+
+pytestmark = unraisable_is_an_error
 
 CHANNEL = "airflow"
 

@@ -80,7 +80,7 @@ def test_without_max_messages_a_run_takes_everything_then_ends_on_its_window(
         apply,
         topic=nsq_topic,
         channel="apply",
-        settings=ApplySettings(batch=batch, max_messages=None, max_in_flight=3, window=0.5),
+        settings=ApplySettings(batch=batch, max_messages=None, max_in_flight=3, idle_timeout=0.5),
     )
     summary = run.run()
 

@@ -39,7 +39,7 @@ def slow_apply(record: dict) -> None:
         "channel": "apply",
         "dead": "nsq_consume_test_dead",
         "max": "2",
-        "window": "1.5",
+        "idle": "1.5",
     },
     default_args={"retries": 0},
 )
@@ -52,7 +52,7 @@ def templated_dag():
         apply_function_args=["{{ params.channel }}:"],
         apply_function_kwargs={"suffix": ":{{ run_id }}"},
         max_messages="{{ params.max }}",
-        window="{{ params.window }}",
+        idle_timeout="{{ params.idle }}",
         dead_letter_topic="{{ params.dead }}",
         return_apply_function_results=True,
     )

@@ -27,7 +27,7 @@ def _topology_dag(dag_id: str, *, deferrable: bool):
             channel="{{ params.channel }}",
             min_messages=6,
             max_messages=50,
-            window=datetime.timedelta(seconds=3),
+            window_timeout=datetime.timedelta(seconds=3),
             poke_interval=0.2,
             timeout=60,
             deferrable=deferrable,

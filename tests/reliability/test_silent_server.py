@@ -234,7 +234,9 @@ def test_a_sensor_poke_against_silent_servers_ends_within_its_bounds(silent, mon
     from airflow_provider_nsq.sensors.nsq import NSQSensor
 
     hook_for(monkeypatch, silent.port, http_port=silent.port)
-    sensor = NSQSensor(task_id="wait", topic="t", channel="c", nsq_conn_id="nsq_silent", window=1)
+    sensor = NSQSensor(
+        task_id="wait", topic="t", channel="c", nsq_conn_id="nsq_silent", window_timeout=1
+    )
     # The HTTP check times out (TIMEOUT per request), then the TCP window's connect does.
     bounded(lambda: sensor.poke({}), 4 * TIMEOUT + 1, NSQTimeoutError)
 

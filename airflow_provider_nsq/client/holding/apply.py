@@ -21,8 +21,8 @@ is held by a :class:`~.holder.MessageHolder` on the caller's thread, which waits
 the function in slices of at most :data:`~.holder.KEEP_ALIVE_S` and in between answers
 heartbeats and TOUCHes what has been held for a third of msg_timeout.
 
-The run ends after ``max_messages`` messages were answered, or once ``window`` seconds
-passed with nothing to do (no message in hand, none delivered).
+The run ends after ``max_messages`` messages were answered, or once ``idle_timeout``
+seconds passed with nothing to do (no message in hand, none delivered).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class ApplySettings:
     :param max_messages: end after answering this many deliveries (None: no limit).
     :param max_in_flight: messages held at once: the batch size, and how many are read
         ahead for a per-message function.
-    :param window: end once this many seconds passed with nothing to do.
+    :param idle_timeout: end once this many seconds passed with nothing to do.
     :param max_attempts: the delivery (nsqd's ``attempts``) after whose failure a message
         is set aside (None: never; REQ'd every time).
     :param requeue_delay_ms: the first REQ delay (0: every REQ without delay).
@@ -120,7 +120,7 @@ class ApplySettings:
     batch: bool = False
     max_messages: int | None = None
     max_in_flight: int = 100
-    window: float = 5.0
+    idle_timeout: float = 5.0
     max_attempts: int | None = None
     requeue_delay_ms: int = 0
     max_requeue_delay_ms: int = 3_600_000
@@ -219,7 +219,7 @@ class ConsumeApply:
             self._set_budget()
             self.holder.keep_alive(when_due=True)
             if not self._held:
-                idle_left = self.settings.window - (time.monotonic() - idle_since)
+                idle_left = self.settings.idle_timeout - (time.monotonic() - idle_since)
                 if idle_left <= 0:
                     return "window"
                 if self._read(min(READ_SLICE_S, idle_left)):

@@ -3,7 +3,7 @@ extras and URI query, Spark options, operator and sensor arguments, command-line
 
 Each function takes the value as given (text, or already the Python type) and raises
 :class:`NSQValueError` saying what it expected and what it got; the caller names the
-setting (``extra 'tls'``, ``option 'read_timeout'``, ``window``).
+setting (``extra 'tls'``, ``option 'read_timeout'``, ``window_timeout``).
 """
 
 from __future__ import annotations

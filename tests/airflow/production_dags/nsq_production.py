@@ -78,7 +78,7 @@ def sensor():
         channel="etl",
         min_messages=2,
         max_messages=10,
-        window=2,
+        window_timeout=2,
         poke_interval=1,
         timeout=60,
     )
@@ -93,7 +93,7 @@ def reschedule():
         nsq_conn_id="nsq_tcp_only",  # no HTTP port: every check is a window
         mode="reschedule",
         min_messages=2,
-        window=1,
+        window_timeout=1,
         # Pauses of 20 s, 40 s ...: well beyond the ~5 s (more under load) LocalExecutor
         # takes to report a finished poke; a reschedule due sooner races that report,
         # and Airflow fails the task ("task instance's state attribute is running").
@@ -150,7 +150,7 @@ def consume():
         max_attempts=2,
         requeue_delay=0,
         dead_letter_topic=f"{CONSUME_TOPIC}_dead",
-        window=2,
+        idle_timeout=2,
     )
 
 

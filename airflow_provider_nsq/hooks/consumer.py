@@ -1,0 +1,155 @@
+"""``NSQConsumerHook``: consume windows through an ``nsq`` Connection, and the answers
+(FIN, REQ, TOUCH) to what they hand out."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from ..client import AckMode
+from ..client.consumer import NSQConsumer
+from ..client.message import NSQMessage
+from ..client.settings.values import Delay, Duration, delay_to_ms, duration_to_seconds
+from .base import NSQBaseHook
+
+
+class NSQConsumerHook(NSQBaseHook):
+    """Consume from NSQ through an Airflow Connection of type ``nsq``.
+
+    Each :meth:`consume` window reads every nsqd of the connection through a consumer of
+    its own (a connection can subscribe only once); one that filled up is kept for the
+    next window on the same channel. :meth:`close` closes them all, REQ'ing what
+    ``ack="manual"`` windows left unanswered.
+
+    :param nsq_conn_id: the Airflow Connection id (type ``nsq``).
+    """
+
+    def __init__(self, nsq_conn_id: str = NSQBaseHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(nsq_conn_id=nsq_conn_id, **kwargs)
+        # The consumers of ack="manual" windows: their messages wait for an answer.
+        self._manual_consumers: list[NSQConsumer] = []
+        # Subscriptions a full window kept (RDY 0), by (topic, channel): the next window on
+        # the same channel reads on them instead of connecting and subscribing again.
+        self._subscriptions: dict[tuple[str, str], NSQConsumer] = {}
+
+    def consumer(self, topic: str, channel: str) -> NSQConsumer:
+        """A blocking consumer of ``topic``/``channel`` over every nsqd of the connection
+        (through nsqlookupd when it names any). The caller closes it."""
+        return NSQConsumer(topic, channel, **self.consumer_options())
+
+    def close(self) -> None:
+        """Close every consume window's connection (then what the base closes).
+
+        Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
+        nsqd redelivers them at once.
+        """
+        consumers = [*self._manual_consumers, *self._subscriptions.values()]
+        self._manual_consumers, self._subscriptions = [], {}
+        for consumer in consumers:
+            consumer.close()
+        super().close()
+
+    def consume(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        max_messages: int = 1,
+        ack: AckMode = "fin",
+        timeout: Duration = 5.0,
+        requeue_delay: Delay = 0,
+    ) -> list[NSQMessage]:
+        """One subscribe window over every nsqd of the connection: SUB, RDY (the
+        ``max_messages`` shared between them), collect up to ``max_messages`` or until
+        ``timeout`` passes, then stop delivery.
+
+        A window that filled up keeps its subscriptions (RDY 0: nothing is delivered)
+        for the next window on the channel, or until :meth:`close`.
+
+        :param topic: the topic name.
+        :param channel: the channel name (created by the SUB if it does not exist).
+        :param max_messages: most messages to take (at most nsqd's max RDY count, 2500,
+            per nsqd).
+        :param timeout: how long the window listens: seconds or a ``timedelta``.
+        :param ack: ``"fin"`` FINs the messages before returning, ``"req"`` REQs them
+            (attempts + 1), ``"manual"`` returns them in flight: answer them with
+            :meth:`finish` / :meth:`requeue`; :meth:`close` REQs what is left.
+        :param requeue_delay: the REQ delay for ``ack="req"`` (timedelta or ms).
+
+        The nsqds are the connection's ``host:port`` (and ``nsqd_tcp_addresses``), or
+        those its nsqlookupds list for the topic (``lookupd_http_addresses``): one
+        :class:`~airflow_provider_nsq.client.consumer.NSQConsumer` reads them all at
+        once, answers each message on the nsqd that delivered it, and logs and skips an
+        nsqd that cannot be reached.
+        """
+        seconds = duration_to_seconds(timeout, "timeout")
+        delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
+        consumer = self._subscriptions.pop((topic, channel), None) or self.consumer(topic, channel)
+        try:
+            messages = consumer.consume(
+                max_messages=max_messages, timeout=seconds, ack=ack, requeue_delay_ms=delay_ms
+            )
+            nsqds = len(consumer.connections)
+        except BaseException:
+            consumer.close()
+            raise
+        if ack == "manual":
+            self._manual_consumers.append(consumer)  # close() REQs what is left unanswered
+        elif consumer.subscribed:
+            self._subscriptions[(topic, channel)] = consumer
+        else:
+            consumer.close()
+        # debug, not info: a task may run many windows; the sensor logs what it took
+        self.log.debug(
+            "Consume window on %s/%s over %s nsqd(s): %s message(s) in %gs (ack=%s)",
+            *(topic, channel, nsqds, len(messages), seconds, ack),
+        )
+        return messages
+
+    # Batch aliases of the messages' own finish(), requeue(delay_ms) and touch(), as
+    # NSQConsumer's are (messages, then delay_ms; a timedelta is accepted too): one write
+    # per nsqd, so many messages are answered as fast as one.
+
+    def finish(self, *messages: NSQMessage) -> None:
+        """``message.finish()`` for each message (from ``ack="manual"`` windows), one
+        write per nsqd."""
+        NSQConsumer.finish(*_messages_of("finish", messages))
+
+    def requeue(
+        self, *messages: NSQMessage, delay_ms: Delay = 0, delay: Delay | None = None
+    ) -> None:
+        """``message.requeue(delay_ms)`` for each message (from ``ack="manual"``
+        windows; redelivered after ``delay_ms``, milliseconds or a timedelta, with
+        attempts + 1), one write per nsqd. ``delay`` is the deprecated name of
+        ``delay_ms``."""
+        if delay is not None:
+            warnings.warn(
+                "NSQHook.requeue(..., delay=...) is deprecated: use delay_ms= (milliseconds "
+                "or a timedelta), as NSQConsumer.requeue takes it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            delay_ms = delay
+        NSQConsumer.requeue(
+            *_messages_of("requeue", messages), delay_ms=delay_to_ms(delay_ms, "requeue delay")
+        )
+
+    def touch(self, *messages: NSQMessage) -> None:
+        """``message.touch()`` for each message (from ``ack="manual"`` windows: restarts
+        its msg_timeout), one write per nsqd."""
+        NSQConsumer.touch(*_messages_of("touch", messages))
+
+
+def _messages_of(verb: str, given: tuple[Any, ...]) -> Sequence[NSQMessage]:
+    """The messages a verb was given: ``hook.finish(*messages)``, or (deprecated) one
+    list of them, ``hook.finish(messages)``."""
+    if len(given) == 1 and isinstance(given[0], (list, tuple)):
+        warnings.warn(
+            f"NSQHook.{verb}(messages) with a list is deprecated: pass the messages "
+            f"themselves, NSQHook.{verb}(*messages), as NSQConsumer.{verb} takes them",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return list(given[0])
+    return given
