@@ -1,32 +1,44 @@
-"""The event trigger's consumer, started: over every nsqd of the connection, trying again
-while none can be reached (a triggerer that starts before nsqd must not fail its
-assets), and saying where it reads from once started."""
+"""The event trigger's consumer, started and held (a
+:class:`~airflow_provider_nsq.client.holding.holder.AsyncMessageHolder`): over every
+nsqd of the connection, trying again while none can be reached (a triggerer that starts
+before nsqd must not fail its assets), and saying where it reads from once started."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..client import AsyncNSQConsumer
 from ..client.backoff import reconnect_backoff
 from ..client.consumer import UNREACHABLE
+from ..client.holding.dead_letters import AsyncDeadLetterPublisher
+from ..client.holding.holder import AsyncMessageHolder
 from ..protocol.errors import NSQTLSError
 
 log = logging.getLogger(__name__)
 
 
-async def start_consumer(
+def _no_dead_letters() -> AsyncDeadLetterPublisher | None:
+    return None
+
+
+async def start_holder(
     options: dict[str, Any],
     topic: str,
     channel: str,
     max_in_flight: int,
     lookupd_poll_interval: float,
-) -> AsyncNSQConsumer:
+    dead_letters: Callable[[], AsyncDeadLetterPublisher | None] = _no_dead_letters,
+) -> AsyncMessageHolder:
     """A started :class:`AsyncNSQConsumer` with ``options`` (the connection's, for a
     trigger: :func:`~.failover.trigger_consumer_options`) over every nsqd of the
-    connection: found through its nsqlookupds when it names any, else its nsqd list
-    (``host:port``, then ``nsqd_tcp_addresses``).
+    connection (found through its nsqlookupds when it names any, else its nsqd list:
+    ``host:port``, then ``nsqd_tcp_addresses``), held by an
+    :class:`~airflow_provider_nsq.client.holding.holder.AsyncMessageHolder` that
+    TOUCHes what it holds and gives messages up to ``dead_letters()`` (a publisher of
+    its own for each try).
 
     While no nsqd (or no nsqlookupd) can be reached it keeps trying, with the consumer's
     backoff: a triggerer that starts before nsqd must not fail its assets. What retrying
@@ -39,23 +51,19 @@ async def start_consumer(
         consumer = AsyncNSQConsumer(
             topic, channel, lookupd_poll_interval=lookupd_poll_interval, **options
         )
+        holder = AsyncMessageHolder(consumer, dead_letters=dead_letters())
         try:
-            await consumer.start(max_in_flight)
+            await holder.start(max_in_flight)  # closes what it opened if it fails
         except NSQTLSError:
-            await consumer.close()
             raise  # every nsqd refused the TLS handshake: retrying will not fix it
         except UNREACHABLE as exc:
-            await consumer.close()
             wait = backoff.next()
             log.warning("Cannot read %s/%s yet (%s); retrying in %gs", topic, channel, exc, wait)
             await asyncio.sleep(wait)
             continue
-        except BaseException:
-            await consumer.close()  # also on cancellation
-            raise
         break
     report_start(consumer, max_in_flight, options["lookupd_http_addresses"])
-    return consumer
+    return holder
 
 
 def report_start(consumer: AsyncNSQConsumer, max_in_flight: int, lookupds: list[str]) -> None:

@@ -6,7 +6,7 @@ itself. See :mod:`~airflow_provider_nsq.triggers.nsq_event` for the whole flow.
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import time
 from collections.abc import AsyncGenerator, Hashable, Sequence
 from functools import partial
@@ -14,13 +14,15 @@ from typing import Any
 
 from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
+from ..client.holding.dead_letters import AsyncDeadLetterPublisher
+from ..client.holding.holder import AsyncMessageHolder
 from ..client.message import answer_or_log
 from ..client.records import message_record
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.value_checks import check_delay_ms
 from .ack_mode import AdvanceItem, SharedStreamProducer
-from .consumer_start import start_consumer
+from .consumer_start import start_holder
 from .event_batches import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BATCH_TIMEOUT_S,
@@ -28,10 +30,10 @@ from .event_batches import (
     EventBatcher,
     MessageBatch,
 )
-from .event_dead_letters import EventDeadLetters
 from .failover import trigger_consumer_options
-from .health import TriggerHealth
+from .health import HealthReports, TriggerHealth
 
+log = logging.getLogger(__name__)
 _METRICS = emitter("triggerer")
 
 #: ``max_in_flight`` when not given: this, or ``batch_size`` when larger (a batch can only
@@ -52,8 +54,10 @@ class NSQEventStreamProducer(SharedStreamProducer):
     an :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`); answers
     nsqd only in :meth:`settle` (through :meth:`advance` in ack mode), after Airflow
     stored every event derived from the batch, on the nsqd that delivered each message.
-    Meanwhile the consumer TOUCHes the messages it holds (collecting or waiting for
-    the store; ``touch_held()``), so nsqd does not redeliver them early.
+    The consumer is held by an
+    :class:`~airflow_provider_nsq.client.holding.holder.AsyncMessageHolder`, which
+    TOUCHes the messages meanwhile (collecting or waiting for the store), so nsqd does
+    not redeliver them early, and publishes the dead letters.
 
     Keyword arguments are :class:`NSQEventTrigger`'s (``message_filter`` is per trigger
     and ignored here).
@@ -87,10 +91,14 @@ class NSQEventStreamProducer(SharedStreamProducer):
             min_event_interval=min_event_interval,
             to_record=self._record,
         )
-        self.consumer: AsyncNSQConsumer | None = None
+        self.holder: AsyncMessageHolder | None = None
         self.health: TriggerHealth | None = None
-        self._dead_letters: EventDeadLetters | None = None
-        self._toucher: asyncio.Task[None] | None = None
+        self._reports: HealthReports | None = None
+
+    @property
+    def consumer(self) -> AsyncNSQConsumer | None:
+        """The stream's consumer while it runs (held: read it, never call it)."""
+        return None if self.holder is None else self.holder.consumer
 
     def _record(self, message: NSQMessage) -> dict[str, Any]:
         return message_record(message, self.topic, self.channel)
@@ -100,34 +108,41 @@ class NSQEventStreamProducer(SharedStreamProducer):
 
     async def open_stream(self) -> AsyncGenerator[tuple[MessageBatch, MessageBatch], None]:
         hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
-        config = await hook.aget_client_config()
+        settings = await hook.aget_settings()
+        config = settings.client
         check_delay_ms(self.requeue_delay_ms, config.max_req_timeout_ms, what="requeue_delay")
-        if self.dead_letter_topic:
-            self._dead_letters = EventDeadLetters(config, self.dead_letter_topic)
+        dead_letter_topic = self.dead_letter_topic
+
+        def dead_letters() -> AsyncDeadLetterPublisher | None:
+            if not dead_letter_topic:
+                return None
+            return AsyncDeadLetterPublisher(dead_letter_topic, config, nsqds=settings.nsqds)
+
         # A short msg_timeout of its own: what a dead triggerer held comes back soon.
         options = trigger_consumer_options(hook)
-        self.health = TriggerHealth(
+        health = self.health = TriggerHealth(
             "event",
             _METRICS,
             nsqds=() if options["lookupd_http_addresses"] else options["nsqd_tcp_addresses"],
             **self._tags(),
         )
-        self.consumer = await start_consumer(
-            options, self.topic, self.channel, self.max_in_flight, self.lookupd_poll_interval
+        self.holder = holder = await start_holder(
+            options,
+            self.topic,
+            self.channel,
+            self.max_in_flight,
+            self.lookupd_poll_interval,
+            dead_letters,
         )
-        self._toucher = asyncio.create_task(self._keep_held_alive())
+        self._reports = HealthReports(health, lambda: self.consumer)
+        self._reports.start()
         while True:
             # What the consumer delivers stays held (and TOUCHed) until it is answered.
-            batch = await self.batcher.next_batch(self._read)
+            batch = await self.batcher.next_batch(holder.read)
             _METRICS.incr("nsq.event.received", len(batch.messages), **self._tags())
             # The batch is both the raw event (its records, and the marks each trigger's
             # filter leaves on it) and what settling it needs.
             yield batch, batch
-
-    async def _read(self, timeout: float) -> list[NSQMessage]:
-        """The consumer's deliveries within ``timeout`` seconds."""
-        assert self.consumer is not None
-        return await self.consumer.read(timeout)
 
     def get_advance_lane(self, broker_payload: MessageBatch) -> Hashable:
         # FIN is per message (no cumulative offset): one lane per batch, so a batch still
@@ -159,8 +174,8 @@ class NSQEventStreamProducer(SharedStreamProducer):
         to nsqd's msg_timeout, which redelivers it.
         """
         self.batcher.settled(batch, stored=acked > 0)
-        consumer = self.consumer
-        if consumer is None:
+        holder = self.holder
+        if holder is None:
             return
         done = not failed and (acked > 0 or rejected > 0)
         if acked > 0 and batch.messages:
@@ -169,44 +184,47 @@ class NSQEventStreamProducer(SharedStreamProducer):
             _METRICS.timing("nsq.event.delay", time.time() - oldest_ns / 1e9, **self._tags())
         answered = {"finished": 0, "requeued": 0, "dead_lettered": 0}
         for index, message in enumerate(batch.messages):
-            finish = done
-            if done and not batch.accepted(index) and self._dead_letters is not None:
-                finish = await self._dead_letters.publish(message, message.nsqd or "")
-                answered["dead_lettered"] += int(finish)
-            if finish:
-                answer_or_log(message, "FIN", partial(consumer.finish, message))
-            else:
-                requeue = partial(consumer.requeue, message, delay_ms=self.requeue_delay_ms)
-                answer_or_log(message, "REQ", requeue)
-            answered["finished" if finish else "requeued"] += 1
+            if done and not batch.accepted(index) and self.dead_letter_topic:
+                # Published, then FINished by the holder; left unanswered when it failed.
+                given_up = await self._give_up(holder, message)
+                answered["dead_lettered" if given_up else "requeued"] += 1
+                answered["finished"] += given_up
+                if given_up:
+                    continue
+            elif done:
+                answer_or_log(message, "FIN", partial(holder.finish, message))
+                answered["finished"] += 1
+                continue
+            requeue = partial(holder.requeue, message, delay_ms=self.requeue_delay_ms)
+            answer_or_log(message, "REQ", requeue)
+            if not done:
+                answered["requeued"] += 1
         for what, count in answered.items():
             _METRICS.incr(f"nsq.event.{what}", count, **self._tags())
 
-    async def _keep_held_alive(self) -> None:
-        """TOUCH what the stream holds (collecting, or waiting for the store) as the
-        consumer decides (``touch_held()``: a third of msg_timeout after delivery
-        or the last TOUCH), and report the stream's health
-        (:mod:`~airflow_provider_nsq.triggers.health`), until cancelled."""
-        while self.consumer is not None:
-            _, next_in = self.consumer.touch_held()
-            if self.health is not None:
-                if self.health.seconds_to_report() == 0:
-                    self.health.report(self.consumer)
-                next_in = min(next_in, self.health.seconds_to_report())
-            await asyncio.sleep(next_in)
+    async def _give_up(self, holder: AsyncMessageHolder, message: NSQMessage) -> bool:
+        """Publish a message every filter rejected to ``dead_letter_topic`` (the one
+        dead-letter envelope, ``"reason": "rejected"``), then FIN it; False (logged, the
+        message left for a REQ) when the publish failed."""
+        by = {"trigger": "NSQEventTrigger", "nsq_conn_id": self.nsq_conn_id}
+        failed = await holder.give_up(message, "rejected", by=by)
+        if failed is None:
+            return True
+        log.warning(
+            "Could not publish message %s from %s to the dead-letter topic %s (%s); "
+            "requeueing it instead",
+            message.id,
+            message.nsqd,
+            self.dead_letter_topic,
+            failed,
+        )
+        return False
 
     async def aclose(self) -> None:
-        """Stop touching; REQ what is still unanswered (redelivered at once); close."""
-        toucher, self._toucher = self._toucher, None
-        if toucher is not None:
-            toucher.cancel()
-            try:
-                await toucher
-            except asyncio.CancelledError:
-                pass
-        consumer, self.consumer = self.consumer, None
-        if consumer is not None:
-            await consumer.close()  # CLS (RDY 0), REQ every unanswered message, close
-        dead_letters, self._dead_letters = self._dead_letters, None
-        if dead_letters is not None:
-            await dead_letters.close()
+        """Stop reporting; CLS, REQ what is still unanswered (redelivered at once), close."""
+        reports, self._reports = self._reports, None
+        if reports is not None:
+            reports.stop()
+        holder, self.holder = self.holder, None
+        if holder is not None:
+            await holder.close()  # stops its TOUCH; CLS (RDY 0), REQ, close, dead letters

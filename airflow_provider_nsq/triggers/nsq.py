@@ -42,6 +42,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.backoff import Backoff, nsqd_unreachable, reconnect_backoff
+from ..client.holding.holder import AsyncMessageHolder
 from ..client.http.nsqd_api import HTTP_UNREADABLE
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
@@ -275,9 +276,10 @@ class NSQMessageTrigger(BaseTrigger):
         # and TOUCH: the peek lasts as long as the connection's msg_timeout allows.
         options = trigger_consumer_options(hook)
         consumer = self.consumer = AsyncNSQConsumer(self.topic, self.channel, **options)
+        holder = AsyncMessageHolder(consumer)  # TOUCHes what it holds, on a task of its own
         held: list[NSQMessage] = []
         try:
-            await consumer.start(self.min_messages)
+            await holder.start(self.min_messages)
             # A share of the connection's msg_timeout (nsqd's default when it sets none):
             # a peek takes as long as when it could not TOUCH.
             hold = (
@@ -298,13 +300,12 @@ class NSQMessageTrigger(BaseTrigger):
                 left = ends - time.monotonic()
                 if left <= 0:
                     break
-                touched = consumer.touch_held()  # the trigger's msg_timeout is short
-                held += await consumer.read(min(left, self.read_timeout, touched.next_in))
-            consumer.set_max_in_flight(0)  # before the REQ: nsqd must not hand them back
-            consumer.requeue(*held)
+                held += await holder.read(min(left, self.read_timeout))
+            holder.set_max_in_flight(0)  # before the REQ: nsqd must not hand them back
+            holder.requeue(*held)
             return len(held)
         finally:
             # Also on cancellation: the connections never outlive the trigger, and
             # close() REQs anything still held.
-            await consumer.close()
+            await holder.close()
             self.consumer = None

@@ -447,7 +447,7 @@ def test_an_empty_channel_ends_the_run_after_idle_timeout(nsqd, nsq_default, nsq
     started = time.monotonic()
     summary = _op(topic=nsq_topic, idle_timeout=1.0).execute({})
     elapsed = time.monotonic() - started
-    assert (summary["messages"], summary["ended"]) == (0, "window")
+    assert (summary["messages"], summary["ended"]) == (0, "idle_timeout")
     assert 1.0 <= elapsed < 4.0, elapsed
 
 
@@ -467,7 +467,7 @@ def test_the_idle_timeout_counts_from_the_last_message(nsqd, nsq_default, nsq_to
     publisher.join(5)
 
     assert [body for body, _ in calls.seen()] == ["t0", "t1", "t2", "t3"]
-    assert summary["ended"] == "window"
+    assert summary["ended"] == "idle_timeout"
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "apply"))
 
 

@@ -270,8 +270,13 @@ def test_rejected_messages_go_to_the_dead_letter_topic(nsqd, nsq_default, nsq_to
 
     asyncio.run(scenario())
     assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
-    dead_letters = read(nsqd, dead, "inspect", count=2)
-    assert sorted(m.body for m in dead_letters) == [b"spam 1", b"spam 2"]
+    envelopes = [json.loads(m.body) for m in read(nsqd, dead, "inspect", count=2)]
+    # The one dead-letter envelope (the consume operator's), with why it was set aside.
+    assert sorted(decode_record_body(e) for e in envelopes) == [b"spam 1", b"spam 2"]
+    assert {(e["reason"], e["error"], e["topic"], e["channel"]) for e in envelopes} == {
+        ("rejected", None, nsq_topic, CHANNEL)
+    }
+    assert {e["by"]["trigger"] for e in envelopes} == {"NSQEventTrigger"}
 
 
 @ack_mode
@@ -730,7 +735,8 @@ def test_a_filter_leaves_rejects_out_of_the_batch_and_they_are_dead_lettered(
     assert [r["body"] for r in payload["messages"]] == ["ham 1", "ham 2"]
     assert (payload["count"], payload["filtered"]) == (2, 3)
     assert _channel(nsqd, nsq_topic)["requeue_count"] == 0
-    assert sorted(m.body for m in read(nsqd, dead, "inspect", count=3)) == [
+    letters = read(nsqd, dead, "inspect", count=3)
+    assert sorted(decode_record_body(json.loads(m.body)) for m in letters) == [
         b"spam 1",
         b"spam 2",
         b"spam 3",

@@ -85,7 +85,7 @@ def test_without_max_messages_a_run_takes_everything_then_ends_on_its_window(
     summary = run.run()
 
     assert sorted(seen) == [f"m{i}" for i in range(7)]
-    assert (summary.applied, summary.ended) == (7, "window")
+    assert (summary.applied, summary.ended) == (7, "idle_timeout")
 
     def all_finished() -> bool:
         stats = nsqd.channel_stats(nsq_topic, "apply")

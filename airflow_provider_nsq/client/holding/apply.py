@@ -54,7 +54,7 @@ BATCH_GATHER_S = 0.25
 READ_SLICE_S = 0.5
 Counted = Literal["applied", "requeued", "dead_lettered", "dead_letter_failed", "exhausted"]
 Timed = Literal["apply_duration", "delay"]
-Ended = Literal["max_messages", "window", "stopped"]
+Ended = Literal["max_messages", "idle_timeout", "stopped"]
 
 
 class ApplyMetrics(Protocol):
@@ -221,7 +221,7 @@ class ConsumeApply:
             if not self._held:
                 idle_left = self.settings.idle_timeout - (time.monotonic() - idle_since)
                 if idle_left <= 0:
-                    return "window"
+                    return "idle_timeout"
                 if self._read(min(READ_SLICE_S, idle_left)):
                     idle_since = time.monotonic()
                 continue
