@@ -23,14 +23,15 @@ from airflow_provider_nsq.client.consumer import ConsumerState, ConsumerSteps
 from airflow_provider_nsq.client.consumer.ledger import TOUCH_AFTER_SHARE
 from airflow_provider_nsq.client.message import NSQMessage, bound_message_class
 from airflow_provider_nsq.client.runners.steps import (
+    Abort,
     Close,
     Connect,
     Now,
     Opened,
+    Runnable,
     Send,
     StartClose,
     Step,
-    Steps,
     Wait,
     drive,
 )
@@ -113,13 +114,13 @@ class ScriptedRunner:
         self.cls: list[FakeConnection] = []
         self.on_wait: Callable[[ScriptedRunner], None] | None = None
 
-    def run(self, steps: Steps[Any]) -> Any:
+    def run(self, steps: Runnable[Step[Any], Any]) -> Any:
         return drive(steps, self.perform)
 
     def by_address(self, address: str) -> FakeConnection:
         return next(c for c in reversed(self.opened) if c.config.address == address)
 
-    def perform(self, step: Step) -> Any:
+    def perform(self, step: Step[Any]) -> Any:
         clock = self.clock
         if isinstance(step, Now):
             return clock.now
@@ -147,7 +148,7 @@ class ScriptedRunner:
         if isinstance(step, StartClose):
             self.cls += step.connections
             return [None] * len(step.connections)
-        assert isinstance(step, Close), step
+        assert isinstance(step, (Close, Abort)), step
         for conn in step.connections:
             conn.closed = True
         return None

@@ -13,7 +13,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..drivers.asyncio_driver import AsyncNSQConnection
 from ..runners.asyncio_runner import AsyncRunner
-from ..runners.steps import Steps
+from ..runners.steps import Runnable, Step, WriteStep
 from .sequences import ConsumerSteps
 
 P = ParamSpec("P")
@@ -21,7 +21,9 @@ T = TypeVar("T")
 
 
 def awaitable(
-    steps: Callable[Concatenate[ConsumerSteps[Any], P], Steps[T]],
+    steps: Callable[
+        Concatenate[ConsumerSteps[AsyncNSQConnection], P], Runnable[Step[AsyncNSQConnection], T]
+    ],
 ) -> Callable[Concatenate[AsyncNSQConsumer, P], Coroutine[Any, Any, T]]:
     """The sequence ``steps`` as a coroutine method that returns its result."""
 
@@ -56,7 +58,7 @@ class AsyncNSQConsumer(ConsumerSteps[AsyncNSQConnection]):
     read = awaitable(ConsumerSteps.read_steps)
     close = awaitable(ConsumerSteps.close_steps)
 
-    def run_steps(self, steps: Steps[T]) -> T:
+    def run_now(self, steps: Runnable[WriteStep, T]) -> T:
         """Run a sequence that only writes, at once (the asyncio drivers' writes never
         wait); the others are awaited (``consume``, ``start``, ``read``, ``close``)."""
         return self._runner.run_now(steps)

@@ -6,14 +6,31 @@ over every connection's socket that reads what arrived, CLS, close.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import functools
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..drivers.blocking_driver import NSQConnection
 from ..runners.blocking_runner import BlockingRunner
-from ..runners.steps import Steps
-from .sequences import ConsumerSteps, method
+from ..runners.steps import Runnable, Step, WriteStep
+from .sequences import ConsumerSteps
 
+P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def blocking(
+    steps: Callable[Concatenate[ConsumerSteps[NSQConnection], P], Runnable[Step[NSQConnection], T]],
+) -> Callable[Concatenate[NSQConsumer, P], T]:
+    """The sequence ``steps`` as a plain method that runs it on the blocking runner and
+    returns what it returns."""
+
+    @functools.wraps(steps)
+    def call(self: NSQConsumer, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._runner.run(steps(self, *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = steps.__name__.removesuffix("_steps")
+    return call
 
 
 class NSQConsumer(ConsumerSteps[NSQConnection]):
@@ -40,25 +57,25 @@ class NSQConsumer(ConsumerSteps[NSQConnection]):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    consume = method(ConsumerSteps.consume_steps)
-    read = method(ConsumerSteps.read_steps)
-    pump = method(ConsumerSteps.pump_steps)
+    consume = blocking(ConsumerSteps.consume_steps)
+    read = blocking(ConsumerSteps.read_steps)
+    pump = blocking(ConsumerSteps.pump_steps)
 
-    def run_steps(self, steps: Steps[T]) -> T:
-        """Run a sequence on the blocking runner."""
+    def run_now(self, steps: Runnable[WriteStep, T]) -> T:
+        """Run a sequence that only writes on the blocking runner."""
         return self._runner.run(steps)
 
     def start(self, max_in_flight: int) -> NSQConsumer:
         """Connect to every nsqd, SUB, and allow ``max_in_flight`` messages in flight
         across them (see :meth:`~.sequences.ConsumerSteps.start_steps`). Returns the
         consumer."""
-        self.run_steps(self.start_steps(max_in_flight))
+        self._runner.run(self.start_steps(max_in_flight))
         return self
 
     def close(self) -> None:
         """CLS (RDY 0), REQ everything delivered and unanswered, close every connection.
         Idempotent."""
         try:
-            self.run_steps(self.close_steps())
+            self._runner.run(self.close_steps())
         finally:
             self._runner.close()

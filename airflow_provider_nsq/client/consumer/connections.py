@@ -10,7 +10,7 @@ Nothing here waits or reads the clock: each method yields the steps it needs
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Generic
 
 from ...protocol.errors import (
@@ -21,7 +21,21 @@ from ...protocol.errors import (
     NSQTLSError,
 )
 from ..message import NSQMessage
-from ..runners.steps import Close, Connect, Opened, Send, StartClose, Steps, Wait, Write, answers
+from ..runners.steps import (
+    Abort,
+    Close,
+    Connect,
+    HTTPSteps,
+    Opened,
+    Send,
+    StartClose,
+    Steps,
+    Wait,
+    Write,
+    WriteStep,
+    WriteSteps,
+    answers,
+)
 from ..settings.client_config import ClientConfig
 from .deliveries import Deliveries
 from .discovery import Discovery, RetrySchedule
@@ -65,14 +79,14 @@ class Connections(Generic[Conn]):
 
     # -- opening --------------------------------------------------------------------------
 
-    def discover_steps(self, now: float) -> Steps[list[str]]:
+    def discover_steps(self, now: float) -> HTTPSteps[list[str]]:
         """Ask where the nsqds are (nsqlookupd, or the static list); stop reading from
         those gone. Every address to read from."""
         wanted = yield from self.discovery.discover_steps(now)
         self.mark_draining()
         return wanted
 
-    def connect_all_steps(self, now: float) -> Steps[float]:
+    def connect_all_steps(self, now: float) -> Steps[Conn, float]:
         """Find the nsqds and connect to each; raise when none can be reached (naming
         each). The time it ended."""
         targets = yield from self.discover_steps(now)
@@ -81,7 +95,7 @@ class Connections(Generic[Conn]):
 
     def connect_steps(
         self, keys: Sequence[str], now: float, *, required: bool = False
-    ) -> Steps[tuple[float, list[NSQError]]]:
+    ) -> Generator[Connect[Conn], Opened[Conn], tuple[float, list[NSQError]]]:
         """Open a connection for each key: the time it ended, and the errors of those that
         could not be opened (unreachable ones are logged, and a stream tries them again
         after their backoff; any other error is raised). ``required``: when none could be
@@ -89,7 +103,7 @@ class Connections(Generic[Conn]):
         if not keys:
             return now, []
         configs = tuple(self._config_for(nsqd_of(k)) for k in keys)
-        opened: Opened = yield Connect(configs, self.topic, self.channel)
+        opened = yield Connect(configs, self.topic, self.channel)
         errors: list[NSQError] = []
         skipped: list[tuple[str, NSQError]] = []
         failure: NSQError | None = None
@@ -157,21 +171,21 @@ class Connections(Generic[Conn]):
 
     # -- messages in ----------------------------------------------------------------------
 
-    def wait_steps(self, timeout: float, now: float) -> Steps[float]:
+    def wait_steps(self, timeout: float, now: float) -> Steps[Conn, float]:
         """Wait for deliveries, unless some are already there (or a connection failed:
         the caller collects first). The time after."""
         if self.pool.has_news():
             return now
         return (yield Wait(timeout, self.pool.live))
 
-    def collect_steps(self, now: float) -> Steps[list[NSQMessage]]:
+    def collect_steps(self, now: float) -> WriteSteps[list[NSQMessage]]:
         """Take what every live connection delivered; drop those that broke."""
         got, broken = self.deliveries.collect(self.pool, now)
         if broken:
             yield from self.drop_broken_steps(now)
         return got
 
-    def drop_broken_steps(self, now: float) -> Steps[None]:
+    def drop_broken_steps(self, now: float) -> WriteSteps[None]:
         """Drop the connections that failed, with what they delivered (nsqd redelivers
         it after its msg_timeout), and try their nsqd again later."""
         broken = self.pool.broken()
@@ -188,11 +202,11 @@ class Connections(Generic[Conn]):
             self.deliveries.forget(conn)
             if slot.key not in self.retries:
                 self.retries.failed(slot.key, now)
-        yield Close(self.pool.remove(broken), abort=True)
+        yield Abort(self.pool.remove(broken))
 
     # -- keeping them current ---------------------------------------------------------
 
-    def maintain_steps(self, now: float) -> Steps[None]:
+    def maintain_steps(self, now: float) -> Steps[Conn, None]:
         """Between waits of a stream: re-poll nsqlookupd when due, reconnect, close
         drained connections, re-plan RDY (at most every REBALANCE_INTERVAL_S)."""
         if now < self._next_maintenance:
@@ -211,20 +225,22 @@ class Connections(Generic[Conn]):
             yield Close(self.pool.remove(drained))
         yield from self.rebalance_steps(now)
 
-    def set_budget_steps(self, budget: int, now: float) -> Steps[None]:
+    def set_budget_steps(self, budget: int, now: float) -> WriteSteps[None]:
         """Share ``budget`` messages in flight over the connections now."""
         self.planner.budget = budget
         self.mark_draining()
         yield from self.rebalance_steps(now, force=True)
 
-    def rebalance_steps(self, now: float, force: bool = False) -> Steps[None]:
+    def rebalance_steps(self, now: float, force: bool = False) -> WriteSteps[None]:
         """Re-plan the RDY split when what it depends on changed, and send what changed."""
         if force or self.planner.due(now):
             changes = self.planner.plan(self.pool, now, self.streaming, force)
             yield from self.send_rdy_steps(changes, now)
         yield from self.drop_broken_steps(now)
 
-    def send_rdy_steps(self, changes: list[Change], now: float) -> Steps[None]:
+    def send_rdy_steps(
+        self, changes: list[Change], now: float
+    ) -> Generator[Send, list[NSQError | None], None]:
         if not changes:
             return
         outcomes = yield Send(tuple(Write(s.conn, "RDY", count=count) for s, count in changes))
@@ -235,7 +251,7 @@ class Connections(Generic[Conn]):
             else:
                 log.debug("RDY to %s failed: %s", slot.key, error)
 
-    def touch_steps(self, messages: Sequence[NSQMessage]) -> Steps[None]:
+    def touch_steps(self, messages: Sequence[NSQMessage]) -> WriteSteps[None]:
         """TOUCH ``messages``; a TOUCH that cannot be written is logged (nsqd then
         redelivers after msg_timeout)."""
         yield from _send_logged(
@@ -247,7 +263,9 @@ class Connections(Generic[Conn]):
 
     # -- closing --------------------------------------------------------------------------
 
-    def stop_delivery_steps(self, now: float) -> Steps[list[NSQMessage]]:
+    def stop_delivery_steps(
+        self, now: float
+    ) -> Generator[StartClose[Conn] | WriteStep, list[NSQError | None], list[NSQMessage]]:
         """CLS every open connection (nsqd stops delivering: CLS sets RDY 0,
         docs/nsqd-facts.md section 6, so nothing REQ'd after it is
         handed straight back); what they delivered before nsqd read it."""
@@ -264,7 +282,7 @@ class Connections(Generic[Conn]):
                     log.debug("CLS to %s failed: %s", slot.address, outcome)
         return (yield from self.collect_steps(now))
 
-    def requeue_all_steps(self, now: float) -> Steps[None]:
+    def requeue_all_steps(self, now: float) -> WriteSteps[None]:
         """REQ everything delivered and unanswered, on every live connection."""
         yield from self.collect_steps(now)
         held = self.deliveries.unanswered(any_in_flight=self.pool.in_flight() > 0)
@@ -276,7 +294,9 @@ class Connections(Generic[Conn]):
         )
 
 
-def _send_logged(writes: tuple[Write, ...], level: int, text: str) -> Steps[None]:
+def _send_logged(
+    writes: tuple[Write, ...], level: int, text: str
+) -> Generator[Send, list[NSQError | None], None]:
     """Send ``writes``; log each that failed at ``level`` (``text`` takes the count of
     its messages, its nsqd and the error): nothing else is to be done about it."""
     if not writes:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from ...protocol.errors import NSQError
 from ..backoff import Backoff, reconnect_backoff
 from ..http.lookupd_api import LookupdClient, Producer
-from ..runners.steps import Steps
+from ..runners.steps import HTTPSteps
 
 log = logging.getLogger("airflow_provider_nsq.client.consumer")
 
@@ -50,7 +50,7 @@ class Discovery:
         """Whether nsqlookupd should be asked again."""
         return self.lookupd is not None and now >= self._next_poll
 
-    def discover_steps(self, now: float) -> Steps[list[str]]:
+    def discover_steps(self, now: float) -> HTTPSteps[list[str]]:
         """Ask every nsqlookupd (or take the static list); every address to read from.
         A lookup error is raised (none answered)."""
         if self.lookupd is None:

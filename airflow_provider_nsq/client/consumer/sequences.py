@@ -46,7 +46,7 @@ import functools
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, TypeVar
+from typing import Concatenate, Generic, NamedTuple, ParamSpec, TypeVar
 
 from ...protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ...protocol.errors import NSQStateError, NSQValueError
@@ -54,7 +54,7 @@ from ...protocol.names import validate_channel_name, validate_topic_name
 from ...protocol.value_checks import check_int, check_seconds
 from ..http.lookupd_api import LookupdClient, Producer
 from ..message import NSQMessage
-from ..runners.steps import NOW, Close, Steps, answer
+from ..runners.steps import NOW, Close, Runnable, Steps, WriteStep, WriteSteps, answer
 from ..settings.address import nsqd_tcp_addresses as parse_nsqd_addresses
 from ..settings.address import parse_addresses
 from ..settings.client_config import ClientConfig
@@ -73,14 +73,15 @@ T = TypeVar("T")
 
 
 def method(
-    steps: Callable[Concatenate[ConsumerSteps[Any], P], Steps[T]],
-) -> Callable[Concatenate[ConsumerSteps[Any], P], T]:
-    """The sequence ``steps`` as a plain method: the consumer's runner runs it to its
-    end (:meth:`ConsumerSteps.run_steps`) and the method returns what it returns."""
+    steps: Callable[Concatenate[ConsumerSteps[Conn], P], WriteSteps[T]],
+) -> Callable[Concatenate[ConsumerSteps[Conn], P], T]:
+    """The sequence ``steps``, which only writes, as a plain method: the consumer runs
+    it to its end at once (:meth:`ConsumerSteps.run_now`) and the method returns what it
+    returns."""
 
     @functools.wraps(steps)
-    def call(self: ConsumerSteps[Any], *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.run_steps(steps(self, *args, **kwargs))
+    def call(self: ConsumerSteps[Conn], *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.run_now(steps(self, *args, **kwargs))
 
     call.__name__ = call.__qualname__ = steps.__name__.removesuffix("_steps")
     return call
@@ -158,9 +159,9 @@ class ConsumerSteps(Generic[Conn]):
             f": {len(self._conns.pool)} connection(s), {self.state.value}>"
         )
 
-    def run_steps(self, steps: Steps[T]) -> T:
-        """Run a sequence to its end, without an event loop: each consumer class does it
-        with its runner (the asyncio one only for sequences that write)."""
+    def run_now(self, steps: Runnable[WriteStep, T]) -> T:
+        """Run a sequence that only writes (:data:`~..runners.steps.WriteStep`) to its
+        end at once, without an event loop: each consumer class does it with its runner."""
         raise NotImplementedError
 
     # -- who may call it ---------------------------------------------------------------
@@ -225,7 +226,7 @@ class ConsumerSteps(Generic[Conn]):
             and self.in_flight() == 0
         )
 
-    def contact_steps(self, now: float | None = None) -> Steps[dict[str, Contact]]:
+    def contact_steps(self, now: float | None = None) -> WriteSteps[dict[str, Contact]]:
         """Per nsqd (``host:port``: every one the consumer should read from, and every
         one it is connected to): whether a connection to it is up, and the seconds since
         it last sent anything, heartbeats included (None: never heard), at ``now``
@@ -267,7 +268,7 @@ class ConsumerSteps(Generic[Conn]):
         timeout: float = 5.0,
         ack: AckMode = "fin",
         requeue_delay_ms: int = 0,
-    ) -> Steps[list[NSQMessage]]:
+    ) -> Steps[Conn, list[NSQMessage]]:
         """One window over every nsqd: SUB all, share ``max_messages`` as RDY, collect up
         to ``max_messages`` or until ``timeout`` seconds pass, stop delivery, then settle.
 
@@ -294,12 +295,12 @@ class ConsumerSteps(Generic[Conn]):
                     "requeue them before the next window (or close the consumer)"
                 )
             window = Window(self.topic, self.channel, max_messages, timeout, ack, requeue_delay_ms)
-            return (yield from self._windows.run_steps(window, (yield NOW)))
+            return (yield from self._windows.window_steps(window, (yield NOW)))
         finally:
             if self._life.state is WINDOWING:
                 self._life.do("window ended")
 
-    def start_steps(self, max_in_flight: int) -> Steps[None]:
+    def start_steps(self, max_in_flight: int) -> Steps[Conn, None]:
         """Connect to every nsqd, SUB, and allow ``max_in_flight`` messages in flight
         across them (0: connected but paused). Raises :class:`NSQConnectionError` when
         no nsqd (or no lookupd) can be reached; producers that appear later are joined
@@ -317,7 +318,7 @@ class ConsumerSteps(Generic[Conn]):
         yield from conns.set_budget_steps(budget, now)
         self._life.do("started")
 
-    def read_steps(self, timeout: float = 1.0) -> Steps[list[NSQMessage]]:
+    def read_steps(self, timeout: float = 1.0) -> Steps[Conn, list[NSQMessage]]:
         """The messages delivered since the last call, waiting up to ``timeout`` seconds
         for the first. They are in flight until answered (the messages' own
         ``finish()`` / ``requeue()``); TOUCH the ones held longer than nsqd's msg_timeout
@@ -334,7 +335,7 @@ class ConsumerSteps(Generic[Conn]):
                 return got
             now = yield from conns.wait_steps(min(deadline - now, REBALANCE_INTERVAL_S), now)
 
-    def pump_steps(self) -> Steps[None]:
+    def pump_steps(self) -> Steps[Conn, None]:
         """Do the consumer's I/O without waiting: answer heartbeats, take in deliveries
         (``read`` returns them), reconnect and re-poll when due.
 
@@ -349,7 +350,7 @@ class ConsumerSteps(Generic[Conn]):
         conns.deliveries.keep((yield from conns.collect_steps(now)))
         yield from conns.maintain_steps(now)
 
-    def set_max_in_flight_steps(self, max_in_flight: int) -> Steps[None]:
+    def set_max_in_flight_steps(self, max_in_flight: int) -> WriteSteps[None]:
         """Change the in-flight budget (0 pauses delivery; held messages stay held)."""
         budget = _check_budget(max_in_flight, "max_in_flight")
         self._life.do("set_max_in_flight")
@@ -357,7 +358,7 @@ class ConsumerSteps(Generic[Conn]):
 
     set_max_in_flight = method(set_max_in_flight_steps)
 
-    def touch_held_steps(self) -> Steps[Touched]:
+    def touch_held_steps(self) -> WriteSteps[Touched]:
         """Keep what the consumer holds in flight: TOUCH every message delivered and not
         yet answered (returned by ``read`` or not) that has been in flight for a third
         (:data:`.ledger.TOUCH_AFTER_SHARE`) of the shortest msg_timeout since it was
@@ -375,7 +376,7 @@ class ConsumerSteps(Generic[Conn]):
 
     touch_held = method(touch_held_steps)
 
-    def close_steps(self) -> Steps[None]:
+    def close_steps(self) -> Steps[Conn, None]:
         """CLS (no more deliveries), REQ everything delivered and unanswered, close every
         connection. Idempotent; also safe while the caller is being interrupted
         (cancelled)."""

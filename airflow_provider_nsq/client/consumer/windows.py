@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Generic, Literal
 
-from ...protocol.errors import NSQValueError
+from ...protocol.errors import NSQError, NSQValueError
 from ...protocol.value_checks import check_int, check_seconds
 from ..message import NSQMessage, on_live_connections
-from ..runners.steps import Close, Send, Steps, answers, fail_on_error
+from ..runners.steps import Close, Send, Steps, WriteSteps, answers, fail_on_error
 from .connections import Connections
 from .pool import Conn
 from .rdy_plan import REBALANCE_INTERVAL_S
@@ -69,7 +70,7 @@ QUIET_S = 0.5
 
 
 class Windows(Generic[Conn]):
-    """Runs one consumer's windows, one after the other, over its connections."""
+    """One consumer's windows, one after the other, over its connections."""
 
     def __init__(self, conns: Connections[Conn]) -> None:
         self._conns: Connections[Conn] = conns
@@ -77,7 +78,7 @@ class Windows(Generic[Conn]):
         self._keep_for = min(KEEP_SUBSCRIBED_S, heartbeat_s / 2)
         self._ended = -math.inf  # when the last window ended
 
-    def run_steps(self, window: Window, now: float) -> Steps[list[NSQMessage]]:
+    def window_steps(self, window: Window, now: float) -> Steps[Conn, list[NSQMessage]]:
         """One window (see ``ConsumerSteps.consume_steps``); its messages, settled."""
         conns = self._conns
         now = yield from self._open_steps(window, now)
@@ -102,7 +103,7 @@ class Windows(Generic[Conn]):
         self._ended = now
         return (yield from self._end_steps(window, stragglers))
 
-    def _open_steps(self, window: Window, now: float) -> Steps[float]:
+    def _open_steps(self, window: Window, now: float) -> Steps[Conn, float]:
         """Connect and SUB for a window. A later window reads on what the last one kept
         when it is fresh, and connects to what is missing."""
         conns = self._conns
@@ -121,7 +122,7 @@ class Windows(Generic[Conn]):
         now, _ = yield from conns.connect_steps(pool.missing(conns.discovery.wanted), now)
         return now
 
-    def _begin_steps(self, window: Window, now: float) -> Steps[None]:
+    def _begin_steps(self, window: Window, now: float) -> WriteSteps[None]:
         pool = self._conns.pool
         capacity = pool.capacity()
         if window.max_messages > capacity:
@@ -139,7 +140,9 @@ class Windows(Generic[Conn]):
             )
         yield from self._conns.set_budget_steps(window.max_messages, now)
 
-    def _end_steps(self, window: Window, stragglers: list[NSQMessage]) -> Steps[list[NSQMessage]]:
+    def _end_steps(
+        self, window: Window, stragglers: list[NSQMessage]
+    ) -> Generator[Send, list[NSQError | None], list[NSQMessage]]:
         """After CLS (or RDY 0): drop what came on a connection that broke, settle the
         rest (REQ the stragglers beyond ``max_messages``, then apply ``ack``)."""
         got = window.got

@@ -10,12 +10,13 @@ so messages published from then on wait for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 
+from ...protocol.errors import NSQError
 from ...protocol.names import validate_channel_name
 from ..runners.asyncio_runner import arun
 from ..runners.blocking_runner import run
-from ..runners.steps import Gather, Steps
+from ..runners.steps import Gather, HTTPStep
 from ..settings.connection_settings import ConnectionSettings
 from .lookupd_api import LookupdClient, Producer
 from .nsqd_api import ChannelDepth, NSQDHTTPClient, combine_depths
@@ -43,7 +44,9 @@ class ChannelDepthReader:
         """:meth:`read` on the event loop (no thread)."""
         return await arun(self.read_steps(topic, channel))
 
-    def read_steps(self, topic: str, channel: str) -> Steps[ChannelDepth | None]:
+    def read_steps(
+        self, topic: str, channel: str
+    ) -> Generator[HTTPStep, list[ChannelDepth | NSQError], ChannelDepth | None]:
         """:meth:`read` as steps (:mod:`..runners.steps`): every producer asked at once."""
         if self.lookupd is None:
             api = self._single_api()
@@ -56,10 +59,12 @@ class ChannelDepthReader:
         depths = yield Gather(
             tuple(api.channel_depth_steps(topic, channel, create=True) for api in apis)
         )
+        found: list[ChannelDepth] = []
         for depth in depths:
-            if isinstance(depth, BaseException):
+            if isinstance(depth, NSQError):
                 raise depth  # an API that cannot be read: the caller falls back
-        return combine_depths(topic, channel, depths)
+            found.append(depth)
+        return combine_depths(topic, channel, found)
 
     def _single_api(self) -> NSQDHTTPClient | None:
         if len(self.settings.nsqds) > 1:

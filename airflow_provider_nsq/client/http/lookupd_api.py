@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -40,7 +40,7 @@ from ...protocol.names import validate_topic_name
 from ...protocol.value_checks import check_seconds, is_int
 from ..runners.asyncio_runner import arun
 from ..runners.blocking_runner import run
-from ..runners.steps import Gather, Steps
+from ..runners.steps import Gather, HTTPSteps
 from ..settings.address import (
     LookupdAddress,
     format_address,
@@ -227,13 +227,15 @@ class LookupdClient:
         """:meth:`lookup` for asyncio: every lookupd at once, no thread."""
         return await arun(self.lookup_steps(topic))
 
-    def lookup_steps(self, topic: str) -> Steps[list[Producer]]:
+    def lookup_steps(
+        self, topic: str
+    ) -> Generator[Gather[list[Producer]], list[list[Producer] | NSQError], list[Producer]]:
         """:meth:`lookup` as steps (:mod:`..runners.steps`): every lookupd asked at once."""
         target = self._target(topic)
         answers = yield Gather(tuple(self._ask(lookupd, target) for lookupd in self.lookupds))
         return merge_answers(self.lookupds, answers, topic)
 
-    def _ask(self, lookupd: LookupdAddress, target: str) -> Steps[list[Producer]]:
+    def _ask(self, lookupd: LookupdAddress, target: str) -> HTTPSteps[list[Producer]]:
         request = HTTPRequest(
             lookupd.host,
             lookupd.port,

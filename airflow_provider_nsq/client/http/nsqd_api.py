@@ -29,7 +29,7 @@ from ...protocol.names import is_ephemeral, validate_channel_name, validate_topi
 from ...protocol.value_checks import is_int
 from ..runners.asyncio_runner import arun
 from ..runners.blocking_runner import run
-from ..runners.steps import Steps
+from ..runners.steps import HTTPSteps
 from ..settings.address import format_address
 from ..settings.client_config import ClientConfig
 from ..settings.connection_settings import ConnectionSettings
@@ -233,7 +233,7 @@ class NSQDHTTPClient:
 
     def channel_depth_steps(
         self, topic: str, channel: str, *, create: bool = False
-    ) -> Steps[ChannelDepth]:
+    ) -> HTTPSteps[ChannelDepth]:
         """:meth:`channel_depth` as steps."""
         validate_topic_name(topic)
         validate_channel_name(channel)
@@ -247,7 +247,7 @@ class NSQDHTTPClient:
             _check((yield self._request("POST", "/channel/create?" + query)))
         return depth
 
-    def stats_steps(self, topic: str | None, channel: str | None) -> Steps[dict[str, Any]]:
+    def stats_steps(self, topic: str | None, channel: str | None) -> HTTPSteps[dict[str, Any]]:
         """:meth:`stats` as steps."""
         response = _check((yield self._request("GET", _stats_target(topic, channel))))
         return dict(_unwrap(response.json(), response.url))

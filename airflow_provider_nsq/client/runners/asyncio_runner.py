@@ -10,27 +10,32 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, TypeVar
+from collections.abc import Generator
+from typing import TypeVar
 
 from ...protocol.errors import NSQError
 from ..drivers.asyncio_driver import AsyncNSQConnection
 from ..settings.client_config import ClientConfig
 from ..transport.http_request import HTTPRequest, asend_request
 from .steps import (
+    Abort,
     Close,
     Connect,
     Gather,
+    HTTPStep,
     Now,
     Opened,
+    Runnable,
     Send,
     StartClose,
     Step,
-    Steps,
     Wait,
+    WriteStep,
     drive,
     send,
 )
 
+R = TypeVar("R")
 T = TypeVar("T")
 
 
@@ -41,14 +46,16 @@ class AsyncRunner:
     def __init__(self) -> None:
         self._woken: asyncio.Event | None = None  # made on the loop, at the first use
 
-    async def run(self, steps: Steps[T]) -> T:
+    async def run(self, steps: Runnable[Step[AsyncNSQConnection], T]) -> T:
         """Drive ``steps`` to its end on the loop: do each step's I/O, send back its
         outcome (or throw its error in), return what the sequence returns."""
-        outcome: Any = None
+        # Each step is answered with the outcome its class names (see steps.Runnable).
+        sequence: Generator[Step[AsyncNSQConnection], object, T] = steps  # type: ignore[assignment]
+        outcome: object = None
         error: BaseException | None = None
         while True:
             try:
-                step = steps.throw(error) if error is not None else steps.send(outcome)
+                step = sequence.throw(error) if error is not None else sequence.send(outcome)
             except StopIteration as done:
                 return done.value
             error = None
@@ -57,13 +64,13 @@ class AsyncRunner:
             except BaseException as exc:  # also a cancellation: the sequence cleans up
                 error = exc
 
-    def run_now(self, steps: Steps[T]) -> T:
-        """Drive a sequence that only writes (:class:`~.steps.Send`, an aborting
-        :class:`~.steps.Close`; :class:`~.steps.Now`) to its end at once, without the
+    def run_now(self, steps: Runnable[WriteStep, T]) -> T:
+        """Drive a sequence that only writes (:class:`~.steps.Send`,
+        :class:`~.steps.Abort`; :class:`~.steps.Now`) to its end at once, without the
         loop: the asyncio drivers' writes never wait."""
         return drive(steps, self._perform_now)
 
-    async def perform(self, step: Step) -> Any:
+    async def perform(self, step: Step[AsyncNSQConnection]) -> object:
         """Do one step's I/O; its outcome (see :mod:`.steps`)."""
         if isinstance(step, (Now, Send)):
             return self._perform_now(step)
@@ -74,33 +81,34 @@ class AsyncRunner:
         if isinstance(step, Connect):
             return await self._open_all(step)
         if isinstance(step, Gather):
-            outcomes = await asyncio.gather(
-                *(self.run(s) for s in step.sequences), return_exceptions=True
-            )
-            _raise_unexpected(outcomes)
-            return outcomes
+            return await self._gather(step)
         if isinstance(step, StartClose):
             closing = (conn.start_close() for conn in step.connections)
-            outcomes = await asyncio.gather(*closing, return_exceptions=True)
-            _raise_unexpected(outcomes)
-            return outcomes
-        assert isinstance(step, Close), step
-        if step.abort:
+            return _carried(await asyncio.gather(*closing, return_exceptions=True))
+        if isinstance(step, Abort):
             return self._perform_now(step)
+        assert isinstance(step, Close), step
         for conn in step.connections:
             await conn.close()
         return None
 
-    def _perform_now(self, step: Step) -> Any:
+    def _perform_now(self, step: WriteStep) -> object:
         if isinstance(step, Now):
             return time.monotonic()
         if isinstance(step, Send):
             return send(step)
-        if isinstance(step, Close) and step.abort:
+        if isinstance(step, Abort):
             for conn in step.connections:
                 conn.abort()
             return None
+        # Kept for a sequence that was never type-checked: run_now takes WriteStep only.
         raise TypeError(f"{type(step).__name__} cannot be done without the event loop")
+
+    async def _gather(self, step: Gather[R]) -> list[R | NSQError]:
+        outcomes = await asyncio.gather(
+            *(self.run(s) for s in step.sequences), return_exceptions=True
+        )
+        return _carried(outcomes)
 
     @property
     def _event(self) -> asyncio.Event:
@@ -126,13 +134,13 @@ class AsyncRunner:
         opening = (self._open(c, step.topic, step.channel) for c in step.configs)
         results = await asyncio.gather(*opening, return_exceptions=True)
         try:
-            _raise_unexpected(results)
+            opened = _carried(results)
         except BaseException:  # as the blocking runner does: close what opened, raise
             for result in results:
                 if isinstance(result, AsyncNSQConnection):
                     await result.close()
             raise
-        return Opened(tuple(results), time.monotonic())
+        return Opened(tuple(opened), time.monotonic())
 
     async def _open(self, config: ClientConfig, topic: str, channel: str) -> AsyncNSQConnection:
         conn = AsyncNSQConnection(config)
@@ -146,14 +154,18 @@ class AsyncRunner:
         return conn
 
 
-async def arun(steps: Steps[T]) -> T:
+async def arun(steps: Runnable[HTTPStep, T]) -> T:
     """Drive ``steps`` on the running loop (a sequence of HTTP calls: no state to keep)."""
     return await AsyncRunner().run(steps)
 
 
-def _raise_unexpected(outcomes: list[Any]) -> None:
-    """Raise the first exception among ``outcomes`` that is not the peer's fault (a
-    cancellation, a bug): only an :class:`NSQError` is carried as an outcome."""
+def _carried(outcomes: list[R | BaseException]) -> list[R | NSQError]:
+    """``outcomes`` as a step's outcome, once the first exception among them that is not
+    the peer's fault (a cancellation, a bug) is raised: only an :class:`NSQError` is
+    carried as an outcome."""
+    carried: list[R | NSQError] = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, NSQError):
             raise outcome
+        carried.append(outcome)
+    return carried

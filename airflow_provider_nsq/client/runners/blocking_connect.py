@@ -16,7 +16,6 @@ import selectors
 import socket
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from ...protocol.errors import NSQError
 from ..drivers.blocking_driver import NSQConnection
@@ -62,7 +61,6 @@ class _Dial:
         self.peer = f"nsqd at {config.address}"
         self.timeout = config.connect_timeout
         self._sock: socket.socket | None = None
-        self._addresses: list[tuple[Any, ...]] = []
         self._last: OSError | None = None
         with map_exceptions(self.peer, "connect to", self.timeout):
             self._addresses = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM)

@@ -13,14 +13,29 @@ from __future__ import annotations
 import selectors
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ...protocol.errors import NSQError
 from ..drivers.blocking_driver import NSQConnection
 from ..transport.http_request import HTTPRequest, send_request
 from .blocking_connect import open_connections
-from .steps import Close, Connect, Gather, Now, Send, StartClose, Step, Steps, Wait, drive, send
+from .steps import (
+    Abort,
+    Close,
+    Connect,
+    Gather,
+    HTTPStep,
+    Now,
+    Runnable,
+    Send,
+    StartClose,
+    Step,
+    Wait,
+    drive,
+    send,
+)
 
+R = TypeVar("R")
 T = TypeVar("T")
 
 
@@ -33,11 +48,11 @@ class BlockingRunner:
         self._selector: selectors.BaseSelector | None = None  # made at the first wait
         self._watched: tuple[NSQConnection, ...] = ()
 
-    def run(self, steps: Steps[T]) -> T:
+    def run(self, steps: Runnable[Step[NSQConnection], T]) -> T:
         """Drive ``steps`` to its end; return what it returns."""
         return drive(steps, self.perform)
 
-    def perform(self, step: Step) -> Any:
+    def perform(self, step: Step[NSQConnection]) -> object:
         """Do one step's I/O; its outcome (see :mod:`.steps`)."""
         if isinstance(step, Now):
             return time.monotonic()
@@ -53,12 +68,13 @@ class BlockingRunner:
             return _gather(step)
         if isinstance(step, StartClose):
             return [_start_close(conn) for conn in step.connections]
+        if isinstance(step, Abort):
+            for dropped in step.connections:
+                dropped.abort()
+            return None
         assert isinstance(step, Close), step
         for conn in step.connections:
-            if step.abort:
-                conn.abort()
-            else:
-                conn.close()
+            conn.close()
         return None
 
     def close(self) -> None:
@@ -68,7 +84,7 @@ class BlockingRunner:
             self._selector = None
             self._watched = ()
 
-    def _wait(self, step: Wait) -> float:
+    def _wait(self, step: Wait[NSQConnection]) -> float:
         """Wait on every socket at once; read from each that has bytes (messages,
         heartbeats answered at once, nsqd's close)."""
         conns = step.connections
@@ -101,19 +117,19 @@ class BlockingRunner:
         return selector
 
 
-def run(steps: Steps[T]) -> T:
+def run(steps: Runnable[HTTPStep, T]) -> T:
     """Drive ``steps`` on blocking sockets (a sequence of HTTP calls: no state to keep)."""
     return BlockingRunner().run(steps)
 
 
-def _outcome(steps: Steps[Any]) -> Any:
+def _outcome(steps: Runnable[HTTPStep, R]) -> R | NSQError:
     try:
         return run(steps)
     except NSQError as exc:
         return exc
 
 
-def _gather(step: Gather) -> list[Any]:
+def _gather(step: Gather[R]) -> list[R | NSQError]:
     sequences = step.sequences
     if len(sequences) <= 1:
         return [_outcome(s) for s in sequences]

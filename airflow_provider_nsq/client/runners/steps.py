@@ -21,12 +21,18 @@ Send            the drivers' writes (RDY, FIN, REQ, TOUCH)  the same writes (int
                                                             transports' buffers)
 StartClose      CLS each; reads what came before            CLS every connection at once
                 CLOSE_WAIT
-Close           close (or abort) each                       close (or abort) each
+Close           close each                                  close each
+Abort           drop each at once                           the same (without the loop)
 ==============  ==========================================  ==============================
 
 Both runners carry the same outcomes: a connection that could not be opened is the
 :class:`NSQError` that stopped it; anything else (an interrupt, a cancellation, a bug) is
 raised, after closing what the step opened.
+
+Steps are typed by the connections they name (``C``: the blocking driver's or the
+asyncio driver's), and each runner takes only sequences of its own (:data:`Step`),
+:meth:`~.asyncio_runner.AsyncRunner.run_now` only those that never wait
+(:data:`WriteStep`): a sequence a runner cannot run is a type error, found by mypy.
 """
 
 from __future__ import annotations
@@ -34,18 +40,44 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, Never, Protocol, TypeAlias, TypeVar
 
 from ...protocol.errors import NSQError
 from ..message import NSQMessage, by_connection
-from ..transport.http_request import HTTPRequest
+from ..transport.http_request import HTTPRequest, HTTPResponse
 
 if TYPE_CHECKING:
     from ..settings.client_config import ClientConfig
 
 log = logging.getLogger(__name__)
 
+#: The connections a step names: the driver of the runner that performs it
+#: (:class:`~..drivers.blocking_driver.NSQConnection` or
+#: :class:`~..drivers.asyncio_driver.AsyncNSQConnection`).
+C = TypeVar("C", covariant=True)
+#: What each sequence of a :class:`Gather` returns.
+R = TypeVar("R", covariant=True)
+S = TypeVar("S")
 T = TypeVar("T")
+
+
+class Writable(Protocol):
+    """What :class:`Send` and :class:`Abort` use of a connection, the same in both
+    drivers (:class:`~..drivers.answering.AnsweringDriver`): the commands nsqd does not
+    answer, written at once, and dropping the connection."""
+
+    @property
+    def config(self) -> ClientConfig: ...
+
+    def ready(self, count: int) -> None: ...
+
+    def finish(self, *messages: NSQMessage) -> None: ...
+
+    def requeue(self, *messages: NSQMessage, delay_ms: int = 0) -> None: ...
+
+    def touch(self, *messages: NSQMessage) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +91,24 @@ NOW = Now()
 
 
 @dataclass(frozen=True, slots=True)
-class Gather:
+class Gather(Generic[R]):
     """Run these sequences at the same time. Outcome: per sequence, in order, what it
     returned or the :class:`NSQError` that ended it (any other exception is raised).
 
-    Only for sequences of :class:`~..transport.http_request.HTTPRequest` and :class:`Gather` steps (HTTP
-    calls): the blocking runner runs each on a thread of its own.
+    Only for sequences of :class:`~..transport.http_request.HTTPRequest` and
+    :class:`Gather` steps (HTTP calls, :data:`HTTPStep`): the blocking runner runs each
+    on a thread of its own.
     """
 
-    sequences: tuple[Steps[Any], ...]
+    sequences: tuple[Runnable[HTTPStep, R], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Connect:
+class Connect(Generic[C]):
     """Open one connection per config at the same time, run its handshake and SUB it to
-    ``topic``/``channel``. Outcome: :class:`Opened`. The asyncio runner sets each
-    connection's ``on_wake`` (a :class:`Wait` ends when one wakes)."""
+    ``topic``/``channel``. Outcome: :class:`Opened`, of the runner's connections (``C``).
+    The asyncio runner sets each connection's ``on_wake`` (a :class:`Wait` ends when one
+    wakes)."""
 
     configs: tuple[ClientConfig, ...]
     topic: str
@@ -82,24 +116,24 @@ class Connect:
 
 
 @dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(Generic[C]):
     """What :class:`Connect` did: per config, in order, the subscribed connection or the
     :class:`NSQError` that stopped it (that connection is closed); and the time it ended
     (``time.monotonic()`` seconds)."""
 
-    results: tuple[Any, ...]
+    results: tuple[C | NSQError, ...]
     now: float
 
 
 @dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(Generic[C]):
     """Wait up to ``timeout`` seconds for one of ``connections`` to deliver or fail (none
     given: just wait). The blocking runner reads what arrived (answering heartbeats as it
     does); the asyncio event loop reads all the time. Outcome: the time the wait ended
     (``time.monotonic()`` seconds)."""
 
     timeout: float
-    connections: tuple[Any, ...]
+    connections: tuple[C, ...]
 
 
 Verb = Literal["RDY", "FIN", "REQ", "TOUCH"]
@@ -111,7 +145,7 @@ class Write:
     milliseconds) or TOUCH of ``messages`` (all delivered on that connection), in one
     write."""
 
-    connection: Any
+    connection: Writable
     verb: Verb
     messages: Sequence[NSQMessage] = ()
     count: int = 0
@@ -126,40 +160,75 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
-class StartClose:
+class StartClose(Generic[C]):
     """CLS each connection and wait for nsqd's CLOSE_WAIT (the blocking runner then reads
     what nsqd sent before it). Outcome: per connection, None or the :class:`NSQError`."""
 
-    connections: tuple[Any, ...]
+    connections: tuple[C, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Close:
-    """Close each connection (it REQs what it still holds itself); with ``abort``, drop
-    each at once, answering nothing (connections that failed). Outcome: None."""
+class Close(Generic[C]):
+    """Close each connection (it REQs what it still holds itself). Outcome: None."""
 
-    connections: tuple[Any, ...]
-    abort: bool = False
+    connections: tuple[C, ...]
 
 
-Step = Now | HTTPRequest | Gather | Connect | Wait | Send | StartClose | Close
-#: A sequence written as steps: it yields steps, is sent their outcomes, returns a T.
-Steps = Generator[Step, Any, T]
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Drop each connection at once, answering nothing (connections that failed): no
+    waiting, so both runners do it without the event loop. Outcome: None."""
+
+    connections: tuple[Writable, ...]
 
 
-def drive(steps: Steps[T], perform: Callable[[Step], Any]) -> T:
+# The aliases are strings: only a type checker reads them, and the module imports
+# without building them (the hook imports it).
+
+#: Every step, on connections of type ``C``: what a runner of ``C`` connections performs.
+Step: TypeAlias = (
+    "Now | HTTPRequest | Gather[object] | Connect[C] | Wait[C] | Send | StartClose[C]"
+    " | Close[C] | Abort"
+)
+#: The steps of HTTP calls: either runner performs them, and they alone go in a
+#: :class:`Gather`.
+HTTPStep: TypeAlias = "HTTPRequest | Gather[object]"
+#: The steps done without waiting: what :meth:`~.asyncio_runner.AsyncRunner.run_now`
+#: performs (the asyncio drivers' writes never wait).
+WriteStep: TypeAlias = "Now | Send | Abort"
+
+#: What a runner takes: a sequence that yields steps of type ``S`` and returns a ``T``,
+#: whatever it reads of the outcomes it is sent. The type of a generator cannot tie what
+#: it is sent to what it yielded: each step's class names its outcome, the runners send
+#: exactly that, and a sequence declares the outcome of the steps it yields itself (the
+#: ones it delegates to, ``yield from``, declare theirs).
+Runnable: TypeAlias = "Generator[S, Never, T]"
+#: A sequence on connections of type ``C`` that returns a ``T`` and reads the time (what
+#: :class:`Now` and :class:`Wait` are answered). One that reads another step's outcome
+#: says so: ``Generator[Connect[C], Opened[C], T]``.
+Steps: TypeAlias = "Generator[Step[C], float, T]"
+#: A sequence of steps done without waiting (:data:`WriteStep`) that returns a ``T``.
+WriteSteps: TypeAlias = "Generator[WriteStep, float, T]"
+#: A sequence of HTTP calls that returns a ``T`` (each request answered by its
+#: :class:`~..transport.http_request.HTTPResponse`).
+HTTPSteps: TypeAlias = "Generator[HTTPStep, HTTPResponse, T]"
+
+
+def drive(steps: Runnable[S, T], perform: Callable[[S], object]) -> T:
     """Run ``steps`` to its end where every step is done by the time ``perform`` returns
     (the blocking runner; the asyncio runner for a sequence of writes): send each
     outcome back, or throw the step's error in; return what the sequence returns."""
+    # ``perform`` answers each step with the outcome its class names (see Runnable).
+    sequence: Generator[S, object, T] = steps  # type: ignore[assignment]
     try:
-        step = next(steps)
+        step = next(sequence)
         while True:
             try:
                 outcome = perform(step)
             except BaseException as exc:  # also an interrupt: the sequence cleans up
-                step = steps.throw(exc)
+                step = sequence.throw(exc)
             else:
-                step = steps.send(outcome)
+                step = sequence.send(outcome)
     except StopIteration as done:
         return done.value
 
@@ -191,11 +260,6 @@ def answers(messages: Sequence[NSQMessage], verb: Verb, delay_ms: int = 0) -> tu
     """FIN, REQ or TOUCH ``messages`` as writes: one per connection that delivered them
     (messages of a connection that is gone are left out, with a warning)."""
     return tuple(Write(conn, verb, group, delay_ms) for conn, group in by_connection(messages))
-
-
-def one(step: Step) -> Steps[Any]:
-    """A sequence of the one ``step``, returning its outcome."""
-    return (yield step)
 
 
 def fail_on_error(outcomes: Sequence[NSQError | None]) -> None:
