@@ -91,7 +91,10 @@ _CALLER: ContextVar[object | None] = ContextVar("nsq_consumer_caller", default=N
 
 
 class CallingAs:
-    """``with CallingAs(holder):`` the consumer calls made inside are the holder's."""
+    """``with CallingAs(holder):`` the consumer calls made inside are the holder's.
+
+    One instance per ``with``: calls of one holder may overlap (an asyncio read waiting
+    while another task TOUCHes), and each restores its own task's context."""
 
     __slots__ = ("_token", "holder")
 

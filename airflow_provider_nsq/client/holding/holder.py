@@ -72,7 +72,6 @@ class _Holding:
         self.channel = consumer.channel
         self.touched = 0  # messages TOUCHed so far
         self.requeued = 0  # REQ'd by close()
-        self._as_holder = CallingAs(self)
         self._next_touch = 0.0  # monotonic time when a held message is next due
 
     def __repr__(self) -> str:
@@ -80,7 +79,7 @@ class _Holding:
 
     def _touch_now(self, consumer: NSQConsumer | AsyncNSQConsumer) -> float:
         """TOUCH what is due; seconds until the next held message is due."""
-        with self._as_holder:
+        with CallingAs(self):
             touched = consumer.touch_held()
         self.touched += touched.touched
         self._next_touch = time.monotonic() + touched.next_in
@@ -137,7 +136,7 @@ class MessageHolder(_Holding):
         self._check_owner("start")
         self._owner = threading.current_thread()
         try:
-            with self._as_holder:
+            with CallingAs(self):
                 self.consumer.start(max_in_flight)
         except BaseException:
             self.close()
@@ -157,7 +156,7 @@ class MessageHolder(_Holding):
             if drain:
                 self._drain()
             held = consumer.in_flight()  # what close() REQs: held, read ahead, unread
-            with self._as_holder:
+            with CallingAs(self):
                 consumer.close()
             self.requeued = held
         finally:
@@ -167,7 +166,7 @@ class MessageHolder(_Holding):
 
     def _drain(self) -> None:
         try:
-            with self._as_holder:
+            with CallingAs(self):
                 self.consumer.set_max_in_flight(0)
                 deadline = time.monotonic() + DRAIN_S * 8
                 while self.consumer.read(DRAIN_S) and time.monotonic() < deadline:
@@ -181,7 +180,7 @@ class MessageHolder(_Holding):
         """The messages delivered since the last call, waiting up to ``timeout`` seconds
         for the first; held (TOUCHed on time) until answered."""
         self._check_owner("read")
-        with self._as_holder:
+        with CallingAs(self):
             got = self.consumer.read(timeout)
         self._after_io(time.monotonic())
         return got
@@ -189,7 +188,7 @@ class MessageHolder(_Holding):
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Change the in-flight budget (0 pauses delivery; held messages stay held)."""
         self._check_owner("set_max_in_flight")
-        with self._as_holder:
+        with CallingAs(self):
             self.consumer.set_max_in_flight(max_in_flight)
 
     def in_flight(self) -> int:
@@ -207,7 +206,7 @@ class MessageHolder(_Holding):
         now = time.monotonic()
         if when_due and now < self._next_io:
             return self._next_io - now
-        with self._as_holder:
+        with CallingAs(self):
             self.consumer.pump()
         return self._after_io(now)
 
@@ -292,7 +291,7 @@ class AsyncMessageHolder(_Holding):
         """Connect and subscribe (errors raise here, the consumer then closed), then
         TOUCH what is held on time, on a task of the holder's own."""
         try:
-            with self._as_holder:
+            with CallingAs(self):
                 await self.consumer.start(max_in_flight)
         except BaseException:
             await self.close()
@@ -317,7 +316,7 @@ class AsyncMessageHolder(_Holding):
                 await toucher
         try:
             held = self.consumer.in_flight()
-            with self._as_holder:
+            with CallingAs(self):
                 await self.consumer.close()
             self.requeued = held
         finally:
@@ -338,14 +337,14 @@ class AsyncMessageHolder(_Holding):
             )
         self._reading = asyncio.current_task()
         try:
-            with self._as_holder:
+            with CallingAs(self):
                 return await self.consumer.read(timeout)
         finally:
             self._reading = None
 
     def set_max_in_flight(self, max_in_flight: int) -> None:
         """Change the in-flight budget (0 pauses delivery; held messages stay held)."""
-        with self._as_holder:
+        with CallingAs(self):
             self.consumer.set_max_in_flight(max_in_flight)
 
     def in_flight(self) -> int:
