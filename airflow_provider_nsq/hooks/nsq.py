@@ -10,6 +10,7 @@ depth) and the connection test.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,11 @@ class NSQHook(BaseHook):
     uses fresh connections, because a connection can subscribe only once. Close
     everything with :meth:`close` or use the hook as a context manager.
 
+    A process forked from one that used the hook (a Celery worker's task process, a
+    multiprocessing child) opens connections of its own on first use: it never writes
+    to, reads from or closes the parent's (a CLS there would end the parent's
+    subscription, a PUB would take its replies).
+
     :param nsq_conn_id: the Airflow Connection id (type ``nsq``).
     """
 
@@ -109,6 +115,16 @@ class NSQHook(BaseHook):
         # Subscriptions a full window kept (RDY 0), by (topic, channel): the next window on
         # the same channel reads on them instead of connecting and subscribing again.
         self._subscriptions: dict[tuple[str, str], NSQConsumer] = {}
+        self._pid = os.getpid()  # the process the connections above belong to
+
+    def _own_connections(self) -> None:
+        """In a process forked after this hook opened connections, forget them unused:
+        their sockets are the parent's too. Dropped, this process's copies of them are
+        closed (the parent's stay open); nothing is written to them."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._publisher = None
+            self._windows, self._subscriptions = [], {}
 
     def __repr__(self) -> str:
         return f"<NSQHook nsq_conn_id={self.nsq_conn_id!r}>"
@@ -265,6 +281,7 @@ class NSQHook(BaseHook):
     def get_producer(self) -> NSQProducer:
         """The publisher over :attr:`nsqd_tcp_addresses` (created on first use, then
         reused): the first nsqd that accepts a connection takes the publishes."""
+        self._own_connections()
         if self._publisher is None:
             self._publisher = NSQProducer(self.nsqd_tcp_addresses, self.get_client_config())
         return self._publisher
@@ -279,6 +296,7 @@ class NSQHook(BaseHook):
         Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
         nsqd redelivers them at once.
         """
+        self._own_connections()
         windows = [*self._windows, *self._subscriptions.values()]
         self._windows, self._subscriptions = [], {}
         for window in windows:
@@ -401,6 +419,7 @@ class NSQHook(BaseHook):
         """
         seconds = duration_to_seconds(timeout, "timeout")
         delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
+        self._own_connections()
         consumer = self._subscriptions.pop((topic, channel), None) or self.consumer(topic, channel)
         try:
             messages = consumer.consume(
