@@ -16,6 +16,7 @@ long after the kill, by the time Airflow has moved the triggers.
 
 A connection that sets ``msg_timeout_ms`` keeps its own value (0: nsqd's
 ``--msg-timeout``): the trigger then fails over no sooner than that.
+``NSQConsumeOperator`` asks for the same, for a task whose worker dies.
 """
 
 from __future__ import annotations
