@@ -63,21 +63,35 @@ def wait_until(what: str, predicate: Callable[[], T], timeout: float, interval: 
         time.sleep(interval)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The PIDs of every process ``pid`` started, and theirs, whatever their group."""
+def _descendants(pid: int) -> list[Any]:
+    """Every process ``pid`` started, and theirs, whatever their group (as
+    ``psutil.Process``: signalled through it, a PID reused meanwhile is left alone)."""
     import psutil
 
     try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        return psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
 
 
-def _signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
-    """Send ``sig`` to each of ``pids`` (processes this test started) still there."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
+def _signal_all(processes: Iterable[Any], sig: signal.Signals) -> None:
+    """Send ``sig`` to each of ``processes`` (started by this test) still there."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(sig)
+
+
+def gone(processes: Iterable[Any]) -> bool:
+    """None of ``processes`` runs any more (a zombie, waiting to be reaped, is gone)."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                return False
+    return True
 
 
 def utc_timestamp(text: str) -> float:
@@ -132,6 +146,8 @@ class RealAirflow:
         "triggerer": ["triggerer", "--skip-serve-logs"],
         "worker": ["celery", "worker", "--skip-serve-logs"],
     }
+    #: What :meth:`start_all` starts unless told: the LocalExecutor's Airflow.
+    LOCAL_EXECUTOR = ("api-server", "scheduler", "dag-processor", "triggerer")
 
     def __init__(
         self,
@@ -254,7 +270,7 @@ class RealAirflow:
             start_new_session=True,  # its own process group: stopped (or killed) whole
         )
 
-    def start_all(self, names: Iterable[str] = COMPONENTS) -> None:
+    def start_all(self, names: Iterable[str] = LOCAL_EXECUTOR) -> None:
         """Every component (or those ``names``, as :meth:`start` takes them); skips the
         test when the API server does not come up."""
         for name in names:
@@ -310,11 +326,12 @@ class RealAirflow:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
-    def kill_whole(self, name: str) -> list[int]:
+    def kill_whole(self, name: str) -> list[Any]:
         """SIGKILL the component, its process group and every process it started in a
         group of its own (since Airflow 3.3 a worker's task runs in one: killing the
         worker's group leaves the task running), as the OOM killer ends a container;
-        their PIDs. They are stopped (SIGSTOP) first, so that none forks meanwhile."""
+        the processes it had started (see :func:`gone`). They are stopped (SIGSTOP)
+        first, so that none forks meanwhile."""
         proc = self.processes.pop(name)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGSTOP)
@@ -335,7 +352,7 @@ class RealAirflow:
     def _stop(self, procs: list[subprocess.Popen[bytes]]) -> None:
         # What they started in groups of their own (a Celery worker's task processes)
         # does not get the group's signal: found now, killed after.
-        started = {pid for proc in procs for pid in _descendants(proc.pid)}
+        started = [child for proc in procs for child in _descendants(proc.pid)]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
@@ -348,7 +365,7 @@ class RealAirflow:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # stragglers: workers, uvicorn children
             proc.wait(timeout=30)
-        _signal_all(sorted(started), signal.SIGKILL)
+        _signal_all(started, signal.SIGKILL)
 
     def stop_all(self) -> None:
         self._stop(list(self.processes.values()))

@@ -47,7 +47,7 @@ import pytest
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.triggers.failover import TRIGGER_MSG_TIMEOUT_MS
 
-from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .real_airflow import RealAirflow, gone, utc_timestamp, wait_until
 
 pytestmark = [
     pytest.mark.slow,
@@ -469,17 +469,12 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_the_retry_applies_the_batch
     victim = next(n for n in celery.workers() if airflow.hostname(n) == task["worker"])
     timeouts_before = celery.channel(topic, "apply").get("timeout_count", 0)
     killed_at, killed_wall = time.monotonic(), time.time()
-    pids = airflow.kill_whole(victim)
+    processes = airflow.kill_whole(victim)
     # Dead: what nsqd has in flight now is exactly what the task held.
     held = celery.channel(topic, "apply").get("in_flight_count", 0)
     applied_at_kill = len(celery.applied(topic))
     assert held > 0, "the task held nothing when its worker was killed"
-    wait_until(
-        f"every process of {victim} gone",
-        lambda: not [p for p in pids if _alive(p)],
-        10,
-        interval=0.1,
-    )
+    wait_until(f"every process of {victim} gone", lambda: gone(processes), 10, interval=0.1)
 
     def redelivered() -> bool:
         return celery.channel(topic, "apply").get("timeout_count", 0) - timeouts_before >= held
@@ -504,7 +499,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_the_retry_applies_the_batch
     )
     again = sum(1 for line in lines if line["attempts"] > 1 and line["worker"] == retry["worker"])
     figures.notes.append(
-        f"killed {victim} ({len(pids)} processes); retried on {retry['worker']}, which "
+        f"killed {victim} ({len(processes) + 1} processes); retried on {retry['worker']}, which "
         f"applied {again} redelivered message(s)"
     )
     celery.kills.append(figures)
@@ -514,13 +509,3 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_the_retry_applies_the_batch
     assert again > 0, figures  # what the dead task held, applied in this run
     assert redelivered_s < REDELIVERY_BOUND_S, figures
     assert figures.retry_finished_s < RETRY_BOUND_S, figures
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie (killed, waiting to be reaped)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
