@@ -271,8 +271,8 @@ class RealAirflow:
         )
 
     def start_all(self, names: Iterable[str] = LOCAL_EXECUTOR) -> None:
-        """Every component (or those ``names``, as :meth:`start` takes them); skips the
-        test when the API server does not come up."""
+        """The LocalExecutor's components (or those ``names``, as :meth:`start` takes
+        them); skips the test when the API server does not come up."""
         for name in names:
             self.start(name)
         try:
