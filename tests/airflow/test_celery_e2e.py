@@ -13,7 +13,7 @@ the test nsqd:
 - (b) the worker running ``NSQConsumeOperator`` SIGKILLed whole mid-batch (its process
   group and every process it started, the task's own group included), as the OOM killer
   ends a container: Airflow retries the task on the other worker
-  (``[scheduler] task_instance_heartbeat_timeout`` 15 s here), nothing published is
+  (``[scheduler] task_instance_heartbeat_timeout`` 12 s here), nothing published is
   lost, duplicates are at most what the dead task held, and what it held is back on the
   channel within the operator's 10 s msg_timeout, so that the retry applies the whole
   batch in the same DAG run.
