@@ -141,6 +141,9 @@ def airflow(session: nox.Session, minor: str) -> None:
                 # The end-to-end tests on PostgreSQL only (the main suite runs SQLite too):
                 # about two minutes less per version.
                 "NSQ_E2E_DATABASES": "postgresql",
+                # The CeleryExecutor end-to-end (about two minutes) runs in the main
+                # suite, on the pinned Airflow only.
+                "NSQ_E2E_CELERY": "0",
             },
         )
 

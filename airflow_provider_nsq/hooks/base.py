@@ -11,6 +11,7 @@ the form's Test button (:meth:`NSQBaseHook.test_connection`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,19 @@ if TYPE_CHECKING:
 _LEGACY_PREFIX = f"extra__{CONN_TYPE}__"
 #: Longest wait test_connection() allows itself, whatever the connection says.
 _TEST_CONNECTION_TIMEOUT_S = 10.0
+
+
+#: The msg_timeout (ms) code that holds messages in a process that may die asks nsqd for
+#: when the connection sets none (:meth:`NSQBaseHook.held_consumer_options`). nsqd does
+#: not requeue a client's in-flight messages when its connection closes: they come back
+#: when their msg_timeout expires (nsqd's ``--msg-timeout``, 60 s by default). With 10 s,
+#: the held batch of a dead triggerer is back within 10 s of the kill, about when Airflow
+#: (a 10 s health threshold) has moved its triggers, and a killed consume task's within
+#: its retry. Not shorter: a TOUCH is due every third of it (3.3 s), leaving two thirds
+#: (6.7 s) for the TOUCH to get out of a busy event loop or task before nsqd redelivers
+#: (a duplicate); nsqd's own floor is 1 s. A connection that sets ``msg_timeout_ms``
+#: keeps its own value (0: nsqd's ``--msg-timeout``).
+HELD_MSG_TIMEOUT_MS = 10_000
 
 
 class NSQConnectionConfigError(NSQValueError):
@@ -94,6 +108,7 @@ class NSQBaseHook(BaseHook):
         super().__init__(**kwargs)
         self.nsq_conn_id = nsq_conn_id
         self._settings: ConnectionSettings | None = None
+        self._pid = os.getpid()  # the process the hook's connections belong to
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} nsq_conn_id={self.nsq_conn_id!r}>"
@@ -147,6 +162,22 @@ class NSQBaseHook(BaseHook):
 
     def close(self) -> None:
         """Close what the hook opened (each role closes its own, then calls this)."""
+
+    # -- a process forked after the hook opened connections ------------------------------
+
+    def _in_own_process(self) -> None:
+        """Call before using a kept connection: in a process forked after this hook
+        opened connections (a Celery worker's task process, a multiprocessing child),
+        forget them unused, so this process opens its own. Their sockets are the
+        parent's too: a PUB on them would take the parent's replies, a CLS would end the
+        parent's subscription. Dropped, this process's copies close; the parent's stay."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._forget_connections()
+
+    def _forget_connections(self) -> None:
+        """Forget, without a write, the connections a parent process opened (each role
+        forgets its own, then calls this)."""
 
     # -- configuration -------------------------------------------------------------
 
@@ -204,6 +235,19 @@ class NSQBaseHook(BaseHook):
         :class:`~airflow_provider_nsq.client.consumer.AsyncNSQConsumer` for this
         connection (call :meth:`aget_settings` first in a trigger)."""
         return self.get_settings().consumer_options()
+
+    def held_consumer_options(self) -> dict[str, Any]:
+        """:meth:`consumer_options` for code that holds messages while it runs, in a
+        process that may die (a trigger in the triggerer, a consume task on a worker):
+        msg_timeout :data:`HELD_MSG_TIMEOUT_MS` unless the connection sets one, so that
+        what a dead process held is back on the channel within seconds, not after nsqd's
+        60 s. The holder keeps what it holds alive with TOUCH a third of the way through
+        (client/holding/holder.py)."""
+        options = self.consumer_options()
+        config = options["config"]
+        if config.msg_timeout_ms is None:
+            options["config"] = config.replace(msg_timeout_ms=HELD_MSG_TIMEOUT_MS)
+        return options
 
     @property
     def nsqadmin_url(self) -> str | None:

@@ -44,11 +44,16 @@ class NSQConsumerHook(NSQBaseHook):
         Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
         nsqd redelivers them at once.
         """
+        self._in_own_process()
         consumers = [*self._manual_consumers, *self._subscriptions.values()]
         self._manual_consumers, self._subscriptions = [], {}
         for consumer in consumers:
             consumer.close()
         super().close()
+
+    def _forget_connections(self) -> None:
+        self._manual_consumers, self._subscriptions = [], {}
+        super()._forget_connections()
 
     def consume(
         self,
@@ -85,6 +90,7 @@ class NSQConsumerHook(NSQBaseHook):
         """
         seconds = duration_to_seconds(timeout, "timeout")
         delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
+        self._in_own_process()
         consumer = self._subscriptions.pop((topic, channel), None) or self.consumer(topic, channel)
         try:
             messages = consumer.consume(

@@ -40,6 +40,11 @@ class NSQHook(NSQProducerHook, NSQConsumerHook, NSQAdminHook):
     (:class:`~airflow_provider_nsq.hooks.consumer.NSQConsumerHook`) and nsqd's HTTP API
     (:class:`~airflow_provider_nsq.hooks.admin.NSQAdminHook`).
 
+    A process forked from one that used the hook (a Celery worker's task process, a
+    multiprocessing child) opens connections of its own on first use: it never writes
+    to, reads from or closes the parent's (a CLS there would end the parent's
+    subscription, a PUB would take its replies).
+
     :param nsq_conn_id: the Airflow Connection id (type ``nsq``).
     """
 

@@ -33,6 +33,7 @@ class NSQProducerHook(NSQBaseHook):
     def get_producer(self) -> NSQProducer:
         """The publisher over :attr:`nsqd_tcp_addresses` (created on first use, then
         reused): the first nsqd that accepts a connection takes the publishes."""
+        self._in_own_process()
         if self._publisher is None:
             self._publisher = NSQProducer(self.nsqd_tcp_addresses, self.get_client_config())
         return self._publisher
@@ -41,8 +42,13 @@ class NSQProducerHook(NSQBaseHook):
         """The publishing connection, connected (opened on first use, then reused)."""
         return self.get_producer().connection()
 
+    def _forget_connections(self) -> None:
+        self._publisher = None
+        super()._forget_connections()
+
     def close(self) -> None:
         """Close the publishing connection (after what the other roles close)."""
+        self._in_own_process()
         super().close()
         if self._publisher is not None:
             self._publisher.close()

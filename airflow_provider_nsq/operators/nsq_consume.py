@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, redact
 
+from ..client.consumer import NSQConsumer
 from ..client.holding.apply import ApplySettings, ConsumeApply, Counted, Timed
 from ..client.holding.dead_letters import DeadLetterPublisher
 from ..client.records import import_callable
@@ -115,7 +116,11 @@ class NSQConsumeOperator(BaseOperator):
     The function runs on a thread of its own while the task's thread keeps the
     connections alive: heartbeats, and a TOUCH of every held message once a third of
     msg_timeout passed, however long the function takes (up to nsqd's
-    ``--max-msg-timeout``, 15 min by default, per message).
+    ``--max-msg-timeout``, 15 min by default, per message). Unless the connection sets
+    ``msg_timeout_ms``, the task asks nsqd for a 10 s msg_timeout on its connections, as
+    the triggers do: when its worker dies outright (an OOM kill, a node drained), what it
+    held is back on the channel within 10 s, not nsqd's 60 s, and the task's retry (or
+    any consumer) gets it (docs/operations.md, "When a worker dies").
 
     The task ends after ``max_messages`` deliveries were answered, or once
     ``idle_timeout`` seconds passed with nothing to do, and returns a summary to XCom: ``{"topic",
@@ -273,6 +278,14 @@ class NSQConsumeOperator(BaseOperator):
             keep_results=self.return_apply_function_results,
         )
 
+    def _consumer(self) -> NSQConsumer:
+        """The connection's consumer, asking nsqd for a short msg_timeout
+        (:data:`~airflow_provider_nsq.hooks.base.HELD_MSG_TIMEOUT_MS`) unless
+        the connection sets one: nsqd does not requeue a closed connection's messages,
+        so what a killed task held waits out msg_timeout; the loop TOUCHes what it
+        holds a third of the way through it, so a live task keeps its messages."""
+        return NSQConsumer(self.topic, self.channel, **self.hook.held_consumer_options())
+
     def execute(self, context: Context) -> Any:
         settings = self._settings()
         function = self._function()
@@ -285,8 +298,9 @@ class NSQConsumeOperator(BaseOperator):
                 self.hook.get_client_config(),
                 self.hook.nsqd_tcp_addresses,
             )
+        consumer = self._consumer()
         run = ConsumeApply(
-            self.hook.consumer(self.topic, self.channel),
+            consumer,
             function,
             topic=self.topic,
             channel=self.channel,
@@ -303,9 +317,10 @@ class NSQConsumeOperator(BaseOperator):
         )
         self.log.info(
             "Consuming %s/%s (max_messages=%s, max_batch_size=%s, idle_timeout=%ss, "
-            "max_attempts=%s, dead_letter_topic=%s)",
+            "max_attempts=%s, dead_letter_topic=%s, msg_timeout=%s)",
             *(self.topic, self.channel, settings.max_messages, settings.max_in_flight),
             *(settings.idle_timeout, settings.max_attempts, self.dead_letter_topic),
+            f"{consumer.config.msg_timeout_ms}ms" if consumer.config.msg_timeout_ms else "nsqd's",
         )
         summary = run.run()
         result = summary.as_dict(self.topic, self.channel)

@@ -33,7 +33,7 @@ async def start_holder(
     dead_letters: Callable[[], AsyncDeadLetterPublisher | None] = _no_dead_letters,
 ) -> AsyncMessageHolder:
     """A started :class:`AsyncNSQConsumer` with ``options`` (the connection's, for a
-    trigger: :func:`~.failover.trigger_consumer_options`) over every nsqd of the
+    trigger: :meth:`~airflow_provider_nsq.hooks.nsq.NSQHook.held_consumer_options`) over every nsqd of the
     connection (found through its nsqlookupds when it names any, else its nsqd list:
     ``host:port``, then ``nsqd_tcp_addresses``), held by an
     :class:`~airflow_provider_nsq.client.holding.holder.AsyncMessageHolder` that

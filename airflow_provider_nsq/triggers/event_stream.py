@@ -30,7 +30,6 @@ from .event_batches import (
     EventBatcher,
     MessageBatch,
 )
-from .failover import trigger_consumer_options
 from .health import HealthReports, TriggerHealth
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ class NSQEventStreamProducer(SharedStreamProducer):
             return AsyncDeadLetterPublisher(dead_letter_topic, config, nsqds=settings.nsqds)
 
         # A short msg_timeout of its own: what a dead triggerer held comes back soon.
-        options = trigger_consumer_options(hook)
+        options = hook.held_consumer_options()
         health = self.health = TriggerHealth(
             "event",
             _METRICS,

@@ -10,7 +10,7 @@ Without the HTTP API (or when it cannot be reached) it peeks over TCP: it subscr
 ends: a little under the connection's msg_timeout, or the deadline), then hands them all
 back at once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough.
 The peek asks nsqd for a short msg_timeout of its own and TOUCHes what it holds
-(:mod:`~airflow_provider_nsq.triggers.failover`): a triggerer that dies mid-peek leaves
+(:meth:`~airflow_provider_nsq.hooks.nsq.NSQHook.held_consumer_options`): a triggerer that dies mid-peek leaves
 the messages in flight for seconds, not a minute. Each peek
 costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
 growing pause.
@@ -49,7 +49,6 @@ from ..metrics import emitter
 from ..protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ..protocol.errors import NSQError
 from ..protocol.value_checks import is_number
-from .failover import trigger_consumer_options
 from .health import HealthReports, TriggerHealth
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
@@ -62,7 +61,7 @@ TCP_BACKOFF = 2.0
 TCP_MAX_INTERVAL_S = 120.0
 #: A peek holds messages at most this share of the connection's msg_timeout (nsqd's
 #: default when it sets none), TOUCHing them: the trigger's own msg_timeout is shorter
-#: (failover.py), the peek as long as when it could not TOUCH.
+#: (NSQHook.held_consumer_options), the peek as long as when it could not TOUCH.
 HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
 #: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
 _METRICS = emitter("triggerer")
@@ -274,7 +273,7 @@ class NSQMessageTrigger(BaseTrigger):
         or the hold ends, then hand them all back; how many there were."""
         # A short msg_timeout of its own (what a dead triggerer held comes back soon),
         # and TOUCH: the peek lasts as long as the connection's msg_timeout allows.
-        options = trigger_consumer_options(hook)
+        options = hook.held_consumer_options()
         consumer = self.consumer = AsyncNSQConsumer(self.topic, self.channel, **options)
         holder = AsyncMessageHolder(consumer)  # TOUCHes what it holds, on a task of its own
         held: list[NSQMessage] = []

@@ -22,7 +22,7 @@ nobody took gets the whole batch REQ'd; a message every filter rejected is FINis
 after a publish to ``dead_letter_topic`` when one is set. A triggerer that dies leaves
 its messages in flight: nsqd redelivers them after its msg_timeout, to the next
 triggerer; the trigger asks nsqd for a short one (10 s, unless the connection sets
-``msg_timeout_ms``: :mod:`~airflow_provider_nsq.triggers.failover`), so that a dead
+``msg_timeout_ms``: :meth:`~airflow_provider_nsq.hooks.nsq.NSQHook.held_consumer_options`), so that a dead
 triggerer's batch is back about when Airflow has moved its triggers. At-least-once:
 duplicates, never losses. While it runs, the stream reports its health
 (:mod:`~airflow_provider_nsq.triggers.health`).

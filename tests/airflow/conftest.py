@@ -2,7 +2,8 @@
 test broker, an independent consumer to see what nsqd holds, and ``dag.test()``
 runners that report task states and XCom values; :func:`needs_airflow` for what a
 newer Airflow brings (the matrix runs these tests on every supported version); the
-``postgres`` server the real-Airflow tests keep their metadata DBs on."""
+``postgres`` server the real-Airflow tests keep their metadata DBs on, and the ``redis``
+server their CeleryExecutor uses as its broker."""
 
 from __future__ import annotations
 
@@ -53,6 +54,24 @@ def postgres() -> Iterator[Any]:
     if reason:
         pytest.skip(reason)
     server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis() -> Iterator[Any]:
+    """A Redis server, the broker of real Airflows' CeleryExecutor (see
+    :mod:`.redis_server`), started on first use and stopped at the end of the session;
+    skips, naming what is missing, where Redis (or Celery) cannot be had."""
+    from .redis_server import RedisServer, missing
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    server = RedisServer()
     try:
         server.start()
         yield server

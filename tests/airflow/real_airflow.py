@@ -8,6 +8,14 @@ The metadata database is SQLite in the home, or a PostgreSQL database (the
 several schedulers and triggerers may run at once (``start("scheduler#2")``). Each
 component reports its name as its host name (``job.hostname`` in the metadata DB), so a
 test can tell which triggerer holds a trigger and kill that one.
+
+With a broker (the ``redis`` fixture's server, :mod:`.redis_server`) and PostgreSQL, the
+executor is CeleryExecutor, as Airflow's docker-compose and Helm chart run it: tasks run
+in Celery workers (``start("worker#1")``, ``airflow celery worker``), and a task
+instance's ``hostname`` names the worker that ran it. A worker forks a process per task,
+and since Airflow 3.3 that process runs the task in a process group of its own:
+:meth:`RealAirflow.kill_whole` kills a component with every process it started, as the
+OOM killer ends a container.
 """
 
 from __future__ import annotations
@@ -55,6 +63,37 @@ def wait_until(what: str, predicate: Callable[[], T], timeout: float, interval: 
         time.sleep(interval)
 
 
+def _descendants(pid: int) -> list[Any]:
+    """Every process ``pid`` started, and theirs, whatever their group (as
+    ``psutil.Process``: signalled through it, a PID reused meanwhile is left alone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _signal_all(processes: Iterable[Any], sig: signal.Signals) -> None:
+    """Send ``sig`` to each of ``processes`` (started by this test) still there."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(sig)
+
+
+def gone(processes: Iterable[Any]) -> bool:
+    """None of ``processes`` runs any more (a zombie, waiting to be reaped, is gone)."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                return False
+    return True
+
+
 def utc_timestamp(text: str) -> float:
     """Seconds since the epoch of a timestamp the metadata DB stores (UTC, maybe naive;
     :meth:`RealAirflow.query` hands them over as text)."""
@@ -94,6 +133,10 @@ class RealAirflow:
     :param env: more environment (connections, ``[metrics]``, ...) for every component.
     :param database: the metadata DB's SQLAlchemy URL (a PostgreSQL database, see
         :meth:`~.postgres_server.PostgresServer.create_database`); None: SQLite in the home.
+    :param broker: a Celery broker URL (:attr:`~.redis_server.RedisServer.url`): the
+        executor is then CeleryExecutor, its results kept in ``database``; None:
+        LocalExecutor.
+    :param worker_concurrency: task processes per Celery worker.
     """
 
     COMPONENTS = {
@@ -101,7 +144,10 @@ class RealAirflow:
         "scheduler": ["scheduler", "--skip-serve-logs"],
         "dag-processor": ["dag-processor"],
         "triggerer": ["triggerer", "--skip-serve-logs"],
+        "worker": ["celery", "worker", "--skip-serve-logs"],
     }
+    #: What :meth:`start_all` starts unless told: the LocalExecutor's Airflow.
+    LOCAL_EXECUTOR = ("api-server", "scheduler", "dag-processor", "triggerer")
 
     def __init__(
         self,
@@ -109,13 +155,18 @@ class RealAirflow:
         dag_files: Iterable[Path],
         env: Mapping[str, str],
         database: str | None = None,
+        broker: str | None = None,
+        worker_concurrency: int = 2,
     ) -> None:
+        if broker is not None and database is None:
+            raise ValueError("CeleryExecutor keeps its results in the metadata DB: give database")
         self.root = root
         self.home = root / "home"
         self.dags = root / "dags"
         self.home.mkdir()
         self.dags.mkdir()
         self.database = database
+        self.worker_concurrency = worker_concurrency
         site = root / "site"
         site.mkdir()
         (site / "nsq_test_component.py").write_text(_HOSTNAME_MODULE)
@@ -156,11 +207,23 @@ class RealAirflow:
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
             **({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database} if database else {}),
+            **(self._celery_env(broker, database) if broker and database else {}),
             **env,
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[Any] = []
         self._token: str | None = None
+
+    @staticmethod
+    def _celery_env(broker: str, database: str) -> dict[str, str]:
+        """CeleryExecutor's settings: the broker, and the results in the metadata DB
+        through SQLAlchemy's ``db+`` scheme with the driver named (``db+postgresql://``
+        means psycopg 3 there, which a worker without it dies of)."""
+        return {
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CELERY__BROKER_URL": broker,
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{database}",
+        }
 
     @property
     def url(self) -> str:
@@ -193,17 +256,23 @@ class RealAirflow:
         ``scheduler#2.log``, its host name :meth:`hostname`)."""
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
+        kind = name.split("#")[0]
+        args = list(self.COMPONENTS[kind])
+        if kind == "worker":
+            # Celery's node name: two workers on one host need names of their own.
+            args += ["--celery-hostname", f"{self.hostname(name)}@%h"]
+            args += ["--concurrency", str(self.worker_concurrency)]
         self.processes[name] = subprocess.Popen(
-            [AIRFLOW, *self.COMPONENTS[name.split("#")[0]]],
+            [AIRFLOW, *args],
             env={**self.env, "NSQ_TEST_COMPONENT": self.hostname(name)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped (or killed) whole
         )
 
-    def start_all(self, names: Iterable[str] = COMPONENTS) -> None:
-        """Every component (or those ``names``, as :meth:`start` takes them); skips the
-        test when the API server does not come up."""
+    def start_all(self, names: Iterable[str] = LOCAL_EXECUTOR) -> None:
+        """The LocalExecutor's components (or those ``names``, as :meth:`start` takes
+        them); skips the test when the API server does not come up."""
         for name in names:
             self.start(name)
         try:
@@ -257,6 +326,23 @@ class RealAirflow:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def kill_whole(self, name: str) -> list[Any]:
+        """SIGKILL the component, its process group and every process it started in a
+        group of its own (since Airflow 3.3 a worker's task runs in one: killing the
+        worker's group leaves the task running), as the OOM killer ends a container;
+        the processes it had started (see :func:`gone`). They are stopped (SIGSTOP)
+        first, so that none forks meanwhile."""
+        proc = self.processes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGSTOP)
+        _signal_all(_descendants(proc.pid), signal.SIGSTOP)
+        tree = _descendants(proc.pid)  # all stopped: none forks, none is re-parented
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _signal_all(tree, signal.SIGKILL)
+        proc.wait(timeout=30)
+        return tree
+
     def stop(self, name: str) -> None:
         """Stop one component the way an operator would (SIGINT, then SIGKILL for what
         is left after 30 s)."""
@@ -264,6 +350,9 @@ class RealAirflow:
         self._stop([proc])
 
     def _stop(self, procs: list[subprocess.Popen[bytes]]) -> None:
+        # What they started in groups of their own (a Celery worker's task processes)
+        # does not get the group's signal: found now, killed after.
+        started = [child for proc in procs for child in _descendants(proc.pid)]
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGINT)
@@ -276,6 +365,7 @@ class RealAirflow:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # stragglers: workers, uvicorn children
             proc.wait(timeout=30)
+        _signal_all(started, signal.SIGKILL)
 
     def stop_all(self) -> None:
         self._stop(list(self.processes.values()))

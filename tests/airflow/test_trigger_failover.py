@@ -1,6 +1,6 @@
 """The triggers fail over in seconds and say they are alive.
 
-- They ask nsqd for a short msg_timeout of their own (``TRIGGER_MSG_TIMEOUT_MS``) unless
+- They ask nsqd for a short msg_timeout of their own (``HELD_MSG_TIMEOUT_MS``) unless
   the connection sets one, and TOUCH what they hold within it: what a dead triggerer
   held is back on the channel that soon, not after nsqd's 60 s;
 - they report their health (reports, connections up, messages held, seconds since they
@@ -21,8 +21,9 @@ from unittest.mock import Mock
 import pytest
 
 from airflow_provider_nsq import metrics
+from airflow_provider_nsq.hooks import base as hook_base
+from airflow_provider_nsq.hooks.base import HELD_MSG_TIMEOUT_MS
 from airflow_provider_nsq.triggers import health
-from airflow_provider_nsq.triggers.failover import TRIGGER_MSG_TIMEOUT_MS
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from airflow_provider_nsq.triggers.nsq_event import NSQEventStreamProducer
 
@@ -49,7 +50,7 @@ def _gauges(stats: Mock, name: str) -> list[tuple[float, dict[str, str]]]:
 
 @pytest.mark.parametrize(
     ("extra", "expected"),
-    [("", TRIGGER_MSG_TIMEOUT_MS), ("?msg_timeout_ms=30000", 30_000)],
+    [("", HELD_MSG_TIMEOUT_MS), ("?msg_timeout_ms=30000", 30_000)],
     ids=["trigger-default", "the-connection's"],
 )
 def test_the_event_trigger_asks_nsqd_for_a_short_msg_timeout(
@@ -82,7 +83,7 @@ def test_what_a_dead_event_trigger_held_is_back_within_its_msg_timeout(
     last TOUCH, not nsqd's 60 s."""
     for n in range(3):
         nsqd.http_publish(nsq_topic, f"m{n}".encode())
-    timeout_s = TRIGGER_MSG_TIMEOUT_MS / 1000
+    timeout_s = HELD_MSG_TIMEOUT_MS / 1000
 
     async def scenario() -> float:
         producer = _producer(nsq_topic)
@@ -229,9 +230,7 @@ def test_a_peek_longer_than_the_triggers_msg_timeout_is_touched(
     allows (48 s here, the deadline first), over several of the trigger's own short
     msg_timeouts (2 s here), TOUCHing: nsqd times nothing out, and the message comes back
     once, REQ'd by the peek."""
-    from airflow_provider_nsq.triggers import failover
-
-    monkeypatch.setattr(failover, "TRIGGER_MSG_TIMEOUT_MS", 2000)
+    monkeypatch.setattr(hook_base, "HELD_MSG_TIMEOUT_MS", 2000)
     nsqd.http_publish(nsq_topic, b"held")
 
     async def scenario() -> dict[str, Any]:
