@@ -1,5 +1,13 @@
 """NSQ events gate a Spark job; the job's results go back out to NSQ.
 
+Needs: the provider's ``[apache-spark]`` extra (Airflow's Spark provider and PySpark
+4.2: ``pip install ".[apache-spark]"`` from a checkout), Java 17 where the Spark driver
+runs, the ``spark_default`` and ``nsq_default`` connections (below), and this package in
+the Python of Spark's workers. Without the Spark provider the file still imports and a
+run of ``nsq_gate_spark_job`` skips at once, before the sensor takes a message, saying
+what to install; ``nsq_pipeline_events_producer`` needs no extra. Keep ``jobs/`` next
+to this file: its ``.airflowignore`` keeps Airflow from parsing the PySpark jobs there.
+
 Two DAGs:
 
 ``nsq_pipeline_events_producer``
@@ -21,8 +29,9 @@ Two DAGs:
     4. ``read_job_summary`` + ``announce_done``: read what the job published and announce
        it on ``done_topic``.
 
-Connections: ``nsq_default`` (``nsq://host:4150``; add ``lookupd_http_addresses`` and the
-sensor finds the events on every nsqd through nsqlookupd, see docs/topology.md) and
+Connections: ``nsq_default`` (``nsq://nsqd.example.com:4150?http_port=4151``; add
+``lookupd_http_addresses`` and the sensor finds the events on every nsqd through
+nsqlookupd, see docs/topology.md) and
 ``spark_default`` (host ``local[*]`` here; a cluster's master URL in production, nothing
 else changes). Spark's
 Python workers use ``PYSPARK_PYTHON`` (or ``python3`` on PATH): it must have this package

@@ -1,5 +1,17 @@
 """NSQ events gate a Spark job that reads them itself: ``spark.readStream.format("nsq")``.
 
+Needs: the provider's ``[apache-spark]`` extra (Airflow's Spark provider and PySpark
+4.2, which the stream reader needs: ``pip install ".[apache-spark]"`` from a
+checkout), Java 17 where the Spark driver runs, the ``spark_default`` connection, the
+``nsq_default`` connection with nsqd's HTTP port (the gate reads the channel's depth
+there)::
+
+    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150?http_port=4151'
+
+and this package in the Python of Spark's workers. Without the Spark provider the file
+still imports and a run skips at once, saying what to install. Keep ``jobs/`` next to
+this file: its ``.airflowignore`` keeps Airflow from parsing the PySpark jobs there.
+
 The XCom gate (``nsq_gate_spark_job``) hands the job at most a sensor window of events
 through Airflow's metadata database. This DAG moves no events through Airflow: the gate
 only looks, and the Spark job drains the channel itself, however many events it holds.
