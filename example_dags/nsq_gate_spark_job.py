@@ -137,7 +137,7 @@ def nsq_pipeline_events_producer():
 def spark_provider_missing() -> None:
     """Stands in for the Spark parts when Airflow's Spark provider is not installed."""
     raise AirflowSkipException(
-        "skipped: this DAG's Spark job needs the provider's [apache-spark] extra "
+        "this DAG's Spark job needs the provider's [apache-spark] extra "
         "(Airflow's Spark provider and PySpark 4.2) and Java 17 on the worker"
     )
 

@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,7 @@ def parse_dag_folders(
     hide: Sequence[str] = (),
     hide_distributions: Sequence[str] = (),
     pythonpath: Sequence[Path] = (),
+    environment: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What ``DagBag`` makes of ``folders`` under ``python``: ``import_errors`` and
     ``warnings`` by file, ``dags`` (file -> DAG ids), ``files`` (every file parsed) and
@@ -104,8 +105,10 @@ def parse_dag_folders(
         ``importlib.metadata`` lists, so Airflow does not find their entry points.
     :param pythonpath: folders put first on ``PYTHONPATH`` (this checkout, when ``python``
         does not have the provider installed).
+    :param environment: the variables to start from (default this process's).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
+    base = os.environ if environment is None else environment
+    env = {k: v for k, v in base.items() if not k.startswith("AIRFLOW_CONN_")}
     env.update(
         {
             "AIRFLOW_HOME": str(home),
