@@ -47,8 +47,9 @@ broker always runs from this checkout). ``PYTHONPATH`` set by the caller is hono
 same way. ``--go-bench DIR`` adds nsq's own Go ``bench_writer`` and ``bench_reader``
 (built from nsq's source, in ``DIR``) as the ``go`` row.
 
-Prints msgs/s (connect: us) per client with the ratio to this project's blocking client,
-and a second table of CPU use during each timed run: the client process's CPU time per
+Prints msgs/s (connect: us) per client with the ratio to this project's blocking client
+(``--reference`` names another), with ``--repeat`` the median and range of that ratio
+taken within each round, and a table of CPU use during each timed run: the client process's CPU time per
 message (per connection for connect), then client and broker CPU as % of one core over
 the run, which tells whether the client or the broker limits a number.
 """
@@ -589,19 +590,49 @@ def median_run(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def add_ratios(results: list[dict[str, Any]]) -> None:
-    """Ratio to the project's blocking client: throughput / its throughput; for connect,
-    its latency / this latency (so above 1.0 always means faster than it)."""
-    ref = {
-        r["workload"]: r["value"]
-        for r in results
-        if r["client"] == REFERENCE_CLIENT and r["status"] == "ok"
-    }
+def speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
+    """``row``'s figure against ``base``'s: throughput / its throughput; for connect, its
+    latency / this latency (so above 1.0 always means faster than it)."""
+    if row["unit"] == "us":
+        return float(base["value"] / row["value"])
+    return float(row["value"] / base["value"])
+
+
+def add_ratios(results: list[dict[str, Any]], reference: str = REFERENCE_CLIENT) -> None:
+    """Each median figure's :func:`speedup` against the ``reference`` client's."""
+    ref = {r["workload"]: r for r in results if r["client"] == reference and r["status"] == "ok"}
     for r in results:
         base = ref.get(r["workload"])
-        if r["status"] != "ok" or not base:
+        if r["status"] != "ok" or not base or not base["value"]:
             continue
-        r["ratio"] = base / r["value"] if r["unit"] == "us" else r["value"] / base
+        r["ratio"] = speedup(r, base)
+
+
+def add_round_ratios(
+    results: list[dict[str, Any]],
+    runs: dict[tuple[str, str], list[dict[str, Any]]],
+    reference: str = REFERENCE_CLIENT,
+) -> None:
+    """Each row's :func:`speedup` against the ``reference`` client in the same round, as
+    ``round_ratios``: two clients run one after the other within a round, so a burst of
+    load from elsewhere moves both, and these ratios vary less than the figures do."""
+    for r in results:
+        mine = runs.get((r["client"], r["workload"]), [])
+        theirs = runs.get((reference, r["workload"]), [])
+        r["round_ratios"] = [
+            speedup(a, b)
+            for a, b in zip(mine, theirs, strict=False)
+            if a["status"] == b["status"] == "ok" and a["value"] and b["value"]
+        ]
+
+
+def round_ratio_cell(r: dict[str, Any] | None) -> str:
+    """The median of a row's ratios within each round, and their range."""
+    ratios = sorted((r or {}).get("round_ratios") or [])
+    if not ratios:
+        return "-"
+    mid = ratios[(len(ratios) - 1) // 2]
+    return f"{mid:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 def cell(r: dict[str, Any] | None) -> str:
@@ -696,6 +727,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--go-bench", metavar="DIR", help="nsq's bench_writer and bench_reader, for the go row"
     )
     parser.add_argument(
+        "--reference",
+        default=REFERENCE_CLIENT,
+        metavar="CLIENT",
+        help="the client every ratio is to (default blocking; e.g. go, plain-socket)",
+    )
+    parser.add_argument(
         "--no-freeze",
         action="store_true",
         help="leave what each worker imported in the garbage collector's view (by default "
@@ -719,6 +756,12 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     if bad := [w for w in workloads if w not in WORKLOADS]:
         raise SystemExit(f"unknown workload(s) {bad}; choose from {', '.join(WORKLOADS)}")
+    if args.reference not in {c.name for c in clients}:
+        raise SystemExit(
+            f"--reference {args.reference!r} is not among the clients run "
+            f"({', '.join(c.name for c in clients)})"
+        )
+    reference = next(c for c in clients if c.name == args.reference)
     counts, warmups = counts_from(args)
     server = Server(args.server)
     source = str(Path(args.source).resolve()) if args.source else None
@@ -804,7 +847,8 @@ def main(argv: list[str] | None = None) -> int:
                 server.delete_topics([topic_name(w, client.name, run_id) for w in workloads])
     results = [median_run(runs[(c.name, w)]) for c in clients for w in workloads]
 
-    add_ratios(results)
+    add_ratios(results, reference.name)
+    add_round_ratios(results, runs, reference.name)
     print()
     print(
         table(
@@ -812,10 +856,22 @@ def main(argv: list[str] | None = None) -> int:
             clients,
             workloads,
             cell,
-            "client (ratio: vs project blocking)",
+            f"client (ratio: vs {reference.label})",
             WORKLOAD_TITLES,
         )
     )
+    if args.repeat > 1:
+        print()
+        print(
+            table(
+                results,
+                clients,
+                workloads,
+                round_ratio_cell,
+                "ratio within each round: median (range)",
+                WORKLOAD_TITLES,
+            )
+        )
     print()
     print(
         table(
@@ -845,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
             "mpub_batch": MPUB_BATCH,
             "counts": counts,
             "warmups": warmups,
-            "reference_client": REFERENCE_CLIENT,
+            "reference_client": reference.name,
             "rounds": args.repeat,
             "keep_awake": args.keep_awake,
             "clients": [asdict(c) for c in clients],

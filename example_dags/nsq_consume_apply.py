@@ -2,9 +2,11 @@
 returned, REQ (with a growing delay) when it raised, and after ``max_attempts``
 deliveries the message goes to a dead-letter topic instead of coming back forever.
 
-Set up the ``nsq_default`` connection first, for example::
+Needs: the provider, no extra (``pip install .`` from a checkout); an nsqd (the
+embedded one will do: ``python -m airflow_provider_nsq.testing.broker``) and the
+``nsq_default`` connection to it, its TCP port and its HTTP port::
 
-    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150'
+    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150?http_port=4151'
 
 Publish a few orders (``{"order_id": 1, "amount": 10}``) to the topic, then run the DAG:
 the task returns a summary (counts) to XCom; what could not be applied is on

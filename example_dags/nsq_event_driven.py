@@ -1,8 +1,14 @@
 """Event-driven: messages on an NSQ topic become asset events, and asset events start
 this DAG; no sensor holds a worker slot while nothing happens.
 
+Needs: the provider's ``[messaging]`` extra (Airflow's common.messaging provider:
+``pip install ".[messaging]"`` from a checkout), Airflow 3.3 for a message to be
+FINished only after its event is stored (3.0-3.2 are weaker, docs/event-driven.md), a
+running triggerer (``airflow triggerer``, which holds the subscription), an nsqd and the
+``nsq_default`` connection to it (below).
+
 The asset is watched through the provider-neutral ``MessageQueueTrigger`` with the
-``nsq`` scheme (``pip install 'airflow-provider-nsq[messaging]'``). The triggerer keeps
+``nsq`` scheme (the ``[messaging]`` extra). The triggerer keeps
 one subscription on ``orders``/``airflow`` and groups what arrives: one asset event
 carries up to ``batch_size`` messages collected for up to ``batch_timeout`` seconds, so a
 burst becomes one event (one database row) and one DAG run. On Airflow >= 3.3 a message
@@ -26,7 +32,7 @@ the channel's page in nsqadmin when the connection has an ``nsqadmin_url``
 
 Set up the ``nsq_default`` connection first, for example::
 
-    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150'
+    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150?http_port=4151'
 
 The cluster's address and the topic names can be changed with ``NSQ_CLUSTER``,
 ``NSQ_EVENTS_TOPIC`` and ``NSQ_RESULTS_TOPIC`` in the environment of the DAG processor

@@ -1,9 +1,11 @@
 """Publish pipeline events to NSQ: one event (PUB), a delayed follow-up (DPUB) and a
 batch built by an upstream task (MPUB).
 
-Set up the ``nsq_default`` connection first, for example::
+Needs: the provider, no extra (``pip install .`` from a checkout); an nsqd (the
+embedded one will do: ``python -m airflow_provider_nsq.testing.broker``) and the
+``nsq_default`` connection to it, its TCP port and its HTTP port::
 
-    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150'
+    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150?http_port=4151'
 
 Consumers on the topic then see, per run: ``{"event": "started", ...}`` at once, one
 ``{"event": "row_count", ...}`` per table, and ``{"event": "check_results", ...}`` after

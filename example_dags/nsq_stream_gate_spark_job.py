@@ -1,5 +1,17 @@
 """NSQ events gate a Spark job that reads them itself: ``spark.readStream.format("nsq")``.
 
+Needs: the provider's ``[apache-spark]`` extra (Airflow's Spark provider and PySpark
+4.2, which the stream reader needs: ``pip install ".[apache-spark]"`` from a
+checkout), Java 17 where the Spark driver runs, the ``spark_default`` connection, the
+``nsq_default`` connection with nsqd's HTTP port (the gate reads the channel's depth
+there)::
+
+    export AIRFLOW_CONN_NSQ_DEFAULT='nsq://nsqd.example.com:4150?http_port=4151'
+
+and this package in the Python of Spark's workers. Without the Spark provider the file
+still imports and a run skips at once, saying what to install. Keep ``jobs/`` next to
+this file: its ``.airflowignore`` keeps Airflow from parsing the PySpark jobs there.
+
 The XCom gate (``nsq_gate_spark_job``) hands the job at most a sensor window of events
 through Airflow's metadata database. This DAG moves no events through Airflow: the gate
 only looks, and the Spark job drains the channel itself, however many events it holds.
@@ -46,9 +58,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 from airflow.sdk import PokeReturnValue, dag, get_current_context, task
+
+try:  # the [apache-spark] extra: Airflow's Spark provider
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+except ImportError:  # e.g. the quick start's install: the DAG parses, its runs skip
+    SparkSubmitOperator = None
 
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.operators.nsq import NSQPublishOperator
@@ -64,6 +80,15 @@ PARAMS: dict[str, Any] = {
     "min_events": 1,
     "staging_dir": "",
 }
+
+
+@task
+def spark_provider_missing() -> None:
+    """Stands in for the Spark parts when Airflow's Spark provider is not installed."""
+    raise AirflowSkipException(
+        "this DAG's Spark job needs the provider's [apache-spark] extra "
+        "(Airflow's Spark provider and PySpark 4.2) and Java 17 on the worker"
+    )
 
 
 def _run_dir(staging_dir: str, dag_id: str, run_id: str) -> Path:
@@ -123,32 +148,38 @@ def nsq_stream_gate_spark_job():
 
     staged = stage_options()
     xcom = "ti.xcom_pull(task_ids='stage_options')"
-    drain_and_aggregate = SparkSubmitOperator(
-        task_id="drain_and_aggregate",
-        conn_id="spark_default",
-        application=str(JOBS / "drain_pipeline_events.py"),
-        py_files=str(JOBS / "aggregate_pipeline_events.py"),
-        name="nsq-stream-gate-drain-pipeline-events",
-        application_args=[
-            "--nsq-options",
-            "{{ " + xcom + "['options_path'] }}",
-            "--events-topic",
-            "{{ params.events_topic }}",
-            "--channel",
-            "{{ params.channel }}",
-            "--stage",
-            "{{ " + xcom + "['stage'] }}",
-            "--topic",
-            "{{ params.results_topic }}",
-            "--batch",
-            "{{ run_id }}",
-            "--summary",
-            "{{ " + xcom + "['summary_path'] }}",
-            "--drain-summary",
-            "{{ " + xcom + "['drain_summary_path'] }}",
-        ],
-        conf={"spark.ui.showConsoleProgress": "false"},
-    )
+    gate = wait_for_events()
+    if SparkSubmitOperator is None:
+        # Without the Spark provider a run skips at once, before the gate waits.
+        spark_provider_missing.override(task_id="check_spark_provider")() >> gate
+        drain_and_aggregate = spark_provider_missing.override(task_id="drain_and_aggregate")()
+    else:
+        drain_and_aggregate = SparkSubmitOperator(
+            task_id="drain_and_aggregate",
+            conn_id="spark_default",
+            application=str(JOBS / "drain_pipeline_events.py"),
+            py_files=str(JOBS / "aggregate_pipeline_events.py"),
+            name="nsq-stream-gate-drain-pipeline-events",
+            application_args=[
+                "--nsq-options",
+                "{{ " + xcom + "['options_path'] }}",
+                "--events-topic",
+                "{{ params.events_topic }}",
+                "--channel",
+                "{{ params.channel }}",
+                "--stage",
+                "{{ " + xcom + "['stage'] }}",
+                "--topic",
+                "{{ params.results_topic }}",
+                "--batch",
+                "{{ run_id }}",
+                "--summary",
+                "{{ " + xcom + "['summary_path'] }}",
+                "--drain-summary",
+                "{{ " + xcom + "['drain_summary_path'] }}",
+            ],
+            conf={"spark.ui.showConsoleProgress": "false"},
+        )
 
     @task
     def read_job_summary(staged: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +203,7 @@ def nsq_stream_gate_spark_job():
     )
 
     summary = read_job_summary(staged)
-    wait_for_events() >> staged >> drain_and_aggregate >> summary >> announce_done
+    gate >> staged >> drain_and_aggregate >> summary >> announce_done
 
 
 stream_gate_dag = nsq_stream_gate_spark_job()

@@ -42,10 +42,7 @@ def check_message(message: object, what: str = "message") -> None:
     """Validate a literal message body now (type, JSON-serialisable, not empty)."""
     if is_templated(message):
         return
-    try:
-        body = encode_body(message)
-    except NSQValueError as exc:
-        raise NSQValueError(f"{what}: {exc}") from None
+    body = encode_body(message, what)  # its errors name ``what`` once
     if not body:
         raise NSQValueError(f"{what} is empty: nsqd refuses zero-length bodies")
 

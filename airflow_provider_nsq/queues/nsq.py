@@ -14,7 +14,7 @@ With it, an asset can be watched with the provider-neutral trigger::
 Keyword arguments are :class:`~airflow_provider_nsq.triggers.nsq_event.NSQEventTrigger`'s.
 The deprecated ``queue=`` form takes ``nsq://host:port/topic?channel=name`` (the
 connection, ``nsq_conn_id``, still decides which nsqd is used). Needs
-``apache-airflow-providers-common-messaging``: ``pip install 'airflow-provider-nsq[messaging]'``.
+``apache-airflow-providers-common-messaging``: the provider's ``[messaging]`` extra.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ try:
     )
 except ImportError as exc:  # Airflow lists the provider's queues without failing
     raise AirflowOptionalProviderFeatureException(
-        "the NSQ message-queue scheme needs apache-airflow-providers-common-messaging: "
-        f"pip install 'airflow-provider-nsq[messaging]' ({exc})"
+        "the NSQ message-queue scheme needs apache-airflow-providers-common-messaging, "
+        f"the provider's [messaging] extra ({exc})"
     ) from exc
 
 SCHEME = "nsq"

@@ -1,62 +1,32 @@
 """Every example DAG (and every DAG of ``tests/dags``) imports as the DAG processor
 imports it, with no connection defined and no network: top-level code reads no
-connection (Airflow's best practices) and opens no socket.
+connection (Airflow's best practices) and opens no socket. And a DAG folder holding every
+example imports on a quick-start install, without PySpark or Airflow's Spark provider.
 
 The files are parsed by ``DagBag`` in a fresh process, with a fresh ``AIRFLOW_HOME`` and
 no ``AIRFLOW_CONN_*`` variable: no ``nsq_default`` anywhere. Every socket connect is
 refused and recorded there, so a parse that reaches for nsqd (or anything else) fails
-here even where something listens.
+here even where something listens (``dag_parsing.py``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .conftest import EXAMPLE_DAGS, ROOT, TEST_DAGS
+from .dag_parsing import parse_dag_folders
 
-#: What each DAG file needs besides Airflow and the provider (an extra), by file name.
+#: What a DAG file needs to import besides Airflow and the provider (an extra), by file
+#: name. The Spark examples import without the [apache-spark] extra: their Spark parts
+#: skip, saying what to install.
 _NEEDS = {
     "nsq_event_driven.py": ("airflow.providers.common.messaging", "messaging"),
-    "nsq_gate_spark_job.py": ("airflow.providers.apache.spark", "apache-spark"),
-    "nsq_stream_gate_spark_job.py": ("airflow.providers.apache.spark", "apache-spark"),
 }
-
-_PARSE = r"""
-import json, os, socket, sys, warnings
-
-attempts = []
-
-def refuse(self, address, *args, **kwargs):
-    attempts.append(repr(address))
-    raise ConnectionRefusedError(f"no network while parsing DAG files: {address!r}")
-
-socket.socket.connect = refuse
-socket.socket.connect_ex = refuse
-
-try:
-    from airflow.dag_processing.dagbag import DagBag
-except ImportError:  # Airflow 3.0
-    from airflow.models.dagbag import DagBag
-
-folders = sys.argv[1:]
-result = {"import_errors": {}, "dags": {}, "warnings": {}}
-for folder in folders:
-    bag = DagBag(dag_folder=folder)
-    result["import_errors"].update(bag.import_errors)
-    result["warnings"].update({path: list(found) for path, found in bag.captured_warnings.items()})
-    for dag in bag.dags.values():
-        result["dags"].setdefault(dag.fileloc, []).append(dag.dag_id)
-result["connect_attempts"] = attempts
-print("PARSED " + json.dumps(result))
-"""
 
 
 def _dag_files() -> list[Path]:
@@ -68,27 +38,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """What ``DagBag`` made of the example DAGs and ``tests/dags``, in a process with no
     connection and no network."""
     home = tmp_path_factory.mktemp("no-connections-home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW_CONN_")}
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-            # The secrets backend of the environment, if any, is not asked either.
-            "AIRFLOW__SECRETS__BACKEND": "",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-        }
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", _PARSE, str(EXAMPLE_DAGS), str(TEST_DAGS)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr
-    line = next(line for line in done.stdout.splitlines() if line.startswith("PARSED "))
-    return json.loads(line.removeprefix("PARSED "))
+    return parse_dag_folders([EXAMPLE_DAGS, TEST_DAGS], home, pythonpath=[ROOT])
 
 
 def _installed(module: str) -> bool:
@@ -119,3 +69,46 @@ def test_a_dag_file_imports_with_no_connection_and_no_network(
         if w.startswith(str(path)) or "/airflow_provider_nsq/" in w.split(": ")[0]
     ]
     assert warned == []
+
+
+#: What the quick start's ``pip install ".[messaging]" "apache-airflow==3.3.2"`` lacks:
+#: modules, and the distributions that bring them.
+QUICK_START_LACKS = ("pyspark", "airflow.providers.apache")
+QUICK_START_LACKS_DISTRIBUTIONS = (
+    "pyspark",
+    "pyspark-client",
+    "apache-airflow-providers-apache-spark",
+)
+
+
+@pytest.mark.parametrize("copy", ["the folder", "its contents"])
+def test_a_dag_folder_of_every_example_imports_without_spark(copy: str, tmp_path: Path) -> None:
+    """``cp -r example_dags dags`` or ``cp -r example_dags/* dags/``: either way, with no
+    PySpark and no Spark provider, no file fails to import (``jobs/`` carries its own
+    ``.airflowignore``), and the Spark DAGs are there, their Spark parts skipping."""
+    dags = tmp_path / "dags"
+    if copy == "the folder":
+        shutil.copytree(EXAMPLE_DAGS, dags, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        dags.mkdir()
+        for entry in EXAMPLE_DAGS.iterdir():
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                continue  # a shell's * leaves dotfiles out
+            if entry.is_dir():
+                shutil.copytree(entry, dags / entry.name)
+            else:
+                shutil.copy2(entry, dags / entry.name)
+    result = parse_dag_folders(
+        [dags],
+        tmp_path / "home",
+        hide=QUICK_START_LACKS,
+        hide_distributions=QUICK_START_LACKS_DISTRIBUTIONS,
+        pythonpath=[ROOT],
+    )
+    assert result["import_errors"] == {}
+    assert result["connect_attempts"] == []
+    examples = sorted(p.name for p in EXAMPLE_DAGS.glob("*.py"))
+    assert sorted(Path(f).name for f in result["dags"]) == examples
+    assert not [f for f in result["files"] if "/jobs/" in f]
+    spark_dags = {d for f, ids in result["dags"].items() if "spark" in f for d in ids}
+    assert spark_dags >= {"nsq_gate_spark_job", "nsq_stream_gate_spark_job"}

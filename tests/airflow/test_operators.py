@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import time
 
 import pytest
@@ -39,6 +40,31 @@ from .conftest import EXAMPLE_DAGS, load_dag, read, run_dag
 def test_literal_bad_arguments_fail_at_dag_parse(make):
     with pytest.raises(NSQValueError):
         make()
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (
+            lambda: NSQPublishOperator(task_id="t", topic="events", message={"at": object()}),
+            "message is not JSON-serialisable: Object of type object is not JSON serializable",
+        ),
+        (
+            lambda: NSQMultiPublishOperator(task_id="t", topic="e", messages=["a", {1j: 1}]),
+            "messages[1] is not JSON-serialisable: keys must be str, int, float, bool or None, "
+            "not complex",
+        ),
+        (
+            lambda: NSQPublishOperator(task_id="t", topic="events", message=[math.nan]),
+            "message cannot be written as JSON: Out of range float values are not JSON "
+            "compliant (JSON has no NaN or Infinity)",
+        ),
+    ],
+)
+def test_a_bad_literal_message_is_named_once(make, error):
+    with pytest.raises(NSQValueError) as info:
+        make()
+    assert str(info.value) == error
 
 
 def test_templated_arguments_are_checked_at_execute_without_network():

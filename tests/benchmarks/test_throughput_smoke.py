@@ -96,3 +96,56 @@ def test_null_server_quick_run(tmp_path: Path) -> None:
     for row in document["results"]:
         assert row["status"] == "ok", (row["client"], row["workload"], row.get("reason"))
         assert row["value"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_ratios_to_another_client_within_each_round(tmp_path: Path) -> None:
+    """``--reference`` names the client every ratio is to; with ``--repeat`` each row
+    also has its ratio taken within each round (what the docs quote on a shared
+    machine), printed as a median and range."""
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--quick",
+            "--server",
+            "null",
+            "--clients",
+            "blocking,plain-socket",
+            "--workloads",
+            "pub,connect",
+            "--repeat",
+            "2",
+            "--reference",
+            "plain-socket",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=80,
+        env={k: v for k, v in os.environ.items() if k not in ("NSQD_ADDRESS", "NSQD_HTTP_ADDRESS")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads(out.read_text())
+    assert document["reference_client"] == "plain-socket"
+    rows = {(r["client"], r["workload"]): r for r in document["results"]}
+    for workload in ("pub", "connect"):
+        assert rows[("plain-socket", workload)]["ratio"] == 1.0
+        assert rows[("plain-socket", workload)]["round_ratios"] == [1.0, 1.0]
+        blocking = rows[("blocking", workload)]
+        assert len(blocking["round_ratios"]) == 2 and min(blocking["round_ratios"]) > 0
+    assert "ratio within each round: median (range)" in done.stdout
+    assert "vs plain socket (floor)" in done.stdout
+
+
+def test_an_unknown_reference_is_refused_naming_it() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--clients", "blocking", "--reference", "go"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--reference 'go' is not among the clients run (blocking)" in done.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import signal
 import socket
 import ssl
@@ -18,6 +17,7 @@ import pytest
 from airflow_provider_nsq.protocol.names import is_valid_name
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from tests.broker.wire import cmd
+from tests.testing.listening import listening_ports
 
 
 def test_ping_info_and_errors(broker):
@@ -162,13 +162,8 @@ def test_cli_serves_and_stops_on_signal(sig):
         text=True,
     )
     try:
-        lines = []
-        match = None
-        while match is None and len(lines) < 20:  # skip any warnings logged before it
-            lines.append(proc.stderr.readline())
-            match = re.search(r"TCP 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+)", lines[-1])
-        assert match, lines
-        tcp_port, http_port = map(int, match.groups())
+        ports = listening_ports(proc.stderr)
+        tcp_port, http_port = ports["TCP"], ports["HTTP"]
         conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=5)
         conn.request("GET", "/ping")
         assert conn.getresponse().read() == b"OK"

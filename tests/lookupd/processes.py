@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -11,8 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_provider_nsq.client.transport.http_request import http_request
-
-LISTENING = re.compile(r"TCP 127\.0\.0\.1:(\d+), HTTP 127\.0\.0\.1:(\d+)")
+from tests.testing.listening import listening_ports
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -36,13 +34,8 @@ def daemon(module: str, *flags: str) -> Iterator[tuple[subprocess.Popen[str], in
     )
     try:
         assert proc.stderr is not None
-        lines: list[str] = []
-        match = None
-        while match is None and len(lines) < 40:  # skip warnings logged before it
-            lines.append(proc.stderr.readline())
-            match = LISTENING.search(lines[-1])
-        assert match, lines
-        yield proc, int(match.group(1)), int(match.group(2))
+        ports = listening_ports(proc.stderr)
+        yield proc, ports["TCP"], ports["HTTP"]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from airflow_provider_nsq.testing.broker.__main__ import build_parser as broker_parser
 from airflow_provider_nsq.testing.lookupd.__main__ import build_parser as lookupd_parser
+from tests.testing.listening import listening_ports
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 
@@ -99,3 +101,31 @@ def test_version_prints_the_go_daemons_line(cli: str, flag: str) -> None:
     assert match, result.stdout
     assert (match["daemon"], match["version"]) == (daemon, "1.3.0")
     assert "airflow-provider-nsq" in match["built"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_log_says_where_each_listener_is_as_the_go_daemons_do(cli: str, tls_files) -> None:
+    """Scripts that start nsqd and nsqlookupd read the ports from their log (gnsq's test
+    harness does): the same lines, and nsqd's ``--data-path`` accepted (nothing is
+    written there), so such a script can start the embedded daemons instead."""
+    module, _, _, _ = CLIS[cli]
+    flags = ["--tcp-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0"]
+    protocols: tuple[str, ...] = ("TCP", "HTTP")
+    if cli == "broker":
+        flags += ["--data-path", "/nonexistent", "--https-address", "127.0.0.1:0"]
+        flags += ["--tls-cert", tls_files.server_cert, "--tls-key", tls_files.server_key]
+        protocols += ("HTTPS",)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *flags], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        ports = listening_ports(proc.stderr, protocols)
+        for port in ports.values():
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        assert not Path("/nonexistent").exists()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()

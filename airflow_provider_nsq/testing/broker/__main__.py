@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTPS listen address, as nsqd's flag; only its port is used, the host is "
         "--host's (default a free port)",
     )
+    add(
+        "--data-path",
+        metavar="PATH",
+        help="accepted for nsqd compatibility and ignored: nothing is written to disk "
+        "(default none)",
+    )
     for flag, unit, what in _NUMBER_FLAGS:
         in_unit = ", in bytes" if unit == "BYTES" else ""
         add(

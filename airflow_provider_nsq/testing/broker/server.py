@@ -65,15 +65,13 @@ class Broker(BrokerState):
         if opts.lookupd_tcp_addresses:
             self.registration = self._lookupd = LookupdRegistration(self)
             await self._lookupd.start()
-        log.info(
-            "nsqd-compatible broker %s listening: TCP %s:%d, HTTP %s:%d%s",
-            self.version,
-            self.host,
-            self.tcp_port,
-            self.host,
-            self.http_port,
-            f", HTTPS {self.host}:{self.https_port}" if self.https_port else "",
-        )
+        # One line per listener, in nsqd's words: scripts that start nsqd read its ports
+        # from them (gnsq's test harness does).
+        log.info("nsqd-compatible broker %s", self.version)
+        log.info("TCP: listening on %s:%d", self.host, self.tcp_port)
+        log.info("HTTP: listening on %s:%d", self.host, self.http_port)
+        if self.https_port:
+            log.info("HTTPS: listening on %s:%d", self.host, self.https_port)
 
     async def stop(self) -> None:
         if self._lookupd is not None:

@@ -40,14 +40,10 @@ class Lookupd(LookupdState):
         self.http_port = self._listeners.add(
             await start_http_server(self.app, opts.host, opts.http_port)
         )
-        log.info(
-            "nsqlookupd-compatible lookupd %s listening: TCP %s:%d, HTTP %s:%d",
-            self.version,
-            self.host,
-            self.tcp_port,
-            self.host,
-            self.http_port,
-        )
+        # One line per listener, in nsqlookupd's words (see the broker's start()).
+        log.info("nsqlookupd-compatible lookupd %s", self.version)
+        log.info("TCP: listening on %s:%d", self.host, self.tcp_port)
+        log.info("HTTP: listening on %s:%d", self.host, self.http_port)
 
     async def stop(self) -> None:
         def drop_connections() -> None:

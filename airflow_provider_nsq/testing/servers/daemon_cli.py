@@ -36,9 +36,11 @@ LOG_LEVELS = ["debug", "info", "warn", "warning", "error", "fatal"]
 
 def version_line(daemon: str, version: str) -> str:
     """What ``--version`` prints, shaped as the Go daemon's ``-version`` line
-    (``nsqd v1.3.0 (built w/go1.19.8)``): the daemon imitated and its version first."""
-    built = f"python{platform.python_version()}, airflow-provider-nsq {__version__}"
-    return f"{daemon} v{version} (built w/{built})"
+    (``nsqd v1.3.0 (built w/go1.19.8)``): the daemon imitated and its version first, then
+    what it is built with as one word of lowercase letters, digits, dots and dashes, as
+    the scripts that parse nsqd's line expect (gnsq's test suite does)."""
+    built = f"python{platform.python_version()}-airflow-provider-nsq-{__version__}".lower()
+    return f"{daemon} v{version} (built w/{built.replace('+', '.')})"
 
 
 def new_parser(
