@@ -135,6 +135,19 @@ def test_embedded_broker_stops_cleanly():
     assert {t.name for t in threading.enumerate()} - before == set()
 
 
+def test_embedded_broker_stop_closes_idle_keep_alive_http_connections():
+    # From Python 3.12.1 an asyncio server's wait_closed() waits for every connection:
+    # one a client keeps open would hold stop() until its timeout.
+    before = {t.name for t in threading.enumerate()}
+    with EmbeddedNSQD() as nsqd:
+        conn = http.client.HTTPConnection(nsqd.host, nsqd.http_port, timeout=5)
+        conn.request("GET", "/ping")
+        assert conn.getresponse().read() == b"OK"  # the connection stays open: keep-alive
+    assert conn.sock.recv(100) == b""  # the broker closed it on stop
+    conn.close()
+    assert {t.name for t in threading.enumerate()} - before == set()
+
+
 def test_embedded_broker_reports_startup_errors():
     with EmbeddedNSQD() as first, pytest.raises(OSError):
         EmbeddedNSQD(tcp_port=first.tcp_port).start()
