@@ -1,5 +1,11 @@
 """The version matrix: ``make compat`` runs every session, ``make test`` (CI) those tagged
-``ci``: the Airflow floor, the oldest and the newest PySpark.
+``ci``: the Airflow floor, the oldest and the newest PySpark, all on Python 3.11.
+
+Python 3.11 runs every session; 3.12 and 3.13 run the newest Airflow, the newest PySpark
+and the library's own tests (protocol, client, embedded nsqd and nsqlookupd) against the
+wheel. The interpreters are found on PATH (``python3.12``) or, where pyenv installed them
+without making them active, in pyenv's versions; a missing one fails its sessions, and
+the noxfile says how to get it when it loads.
 
 Each Airflow session makes a clean environment (uv) as that Airflow's users had it:
 Airflow and everything it pulls in resolved as of a date after its last patch and before
@@ -17,11 +23,15 @@ common-compat to the provider's declared minimum instead, so both floors are run
     nox -t ci                   # what CI adds to the main suite (the floors, the newest)
     nox -t spark                # every PySpark session
     nox -s "airflow(3.2.2)"     # one version
+    nox -p 3.13                 # every session on one Python
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -29,13 +39,79 @@ from pathlib import Path
 import nox
 import nox.virtualenv
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
+# The Pythons this machine has, not ones nox would download (uv's builds): a missing one
+# fails, saying so, rather than being run on an interpreter nobody chose.
+nox.options.download_python = "never"
 
 ROOT = Path(__file__).resolve().parent
-#: The only interpreter the matrix has; pyproject declares newer ones, unchecked.
-PYTHON = "3.11"
+#: The Pythons the matrix runs, the classifiers in pyproject.toml (a test checks it). The
+#: first runs every session and the main suite; the others the sessions named below.
+PYTHONS = ["3.11", "3.12", "3.13"]
+PYTHON = PYTHONS[0]
+NEWER_PYTHONS = PYTHONS[1:]
+
+
+def _runs(executable: Path) -> bool:
+    """Whether ``executable`` starts (a pyenv shim of a version that is not active exits 127)."""
+    try:
+        return (
+            subprocess.run([executable, "-c", ""], capture_output=True, timeout=30).returncode == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _on_path(minor: str) -> Path | None:
+    """The first ``pythonX.Y`` on PATH that starts."""
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(folder, f"python{minor}")
+        if folder and candidate.is_file() and _runs(candidate):
+            return candidate
+    return None
+
+
+def _pyenv_versions() -> Path:
+    """Where pyenv installs its Pythons."""
+    return Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+
+
+def _in_pyenv(minor: str) -> Path | None:
+    """pyenv's newest CPython ``X.Y.Z`` of ``minor``, active or not."""
+    found = [
+        folder
+        for folder in _pyenv_versions().glob(f"{minor}.*")
+        if re.fullmatch(rf"{re.escape(minor)}\.\d+", folder.name)
+        and (folder / "bin" / f"python{minor}").is_file()
+    ]
+    if not found:
+        return None
+    return max(found, key=lambda folder: Version(folder.name)) / "bin" / f"python{minor}"
+
+
+def _find_interpreters() -> None:
+    """Let nox find each of ``PYTHONS``: PATH's first, else pyenv's (its folder goes at the
+    end of PATH: pyenv's shims start only the versions made active, ``pyenv global``, and
+    nox skips the others); name the missing ones and how to get them."""
+    for minor in PYTHONS:
+        if _on_path(minor):
+            continue
+        if pyenv := _in_pyenv(minor):
+            os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), str(pyenv.parent)])
+            continue
+        print(
+            f"noxfile.py: no Python {minor} here (no python{minor} on PATH that starts, none "
+            f"in {_pyenv_versions()}/{minor}.*): its sessions will fail. Install it "
+            f"(`pyenv install {minor}`, or `uv python install {minor}`), or let nox "
+            f"download one: `nox --download-python auto`.",
+            file=sys.stderr,
+        )
+
+
+_find_interpreters()
 
 #: Airflow minor -> (its latest patch, resolve its environment as of this date).
 #: pyproject's ``apache-airflow`` requirement must span exactly these (a test checks it).
@@ -101,12 +177,30 @@ def _install(session: nox.Session, *requirements: str, as_of: str) -> None:
     session.install(f"--exclude-newer={as_of}", *newer, *requirements)
 
 
-@nox.session(python=PYTHON)
+#: The newest Airflow, the one the newer Pythons run.
+AIRFLOW_NEWEST = max(AIRFLOW_MATRIX, key=Version)
+
+
+def _python_id(version: str, python: str) -> str:
+    """A session's id: the version it runs, and the Python where that is not 3.11."""
+    return version if python == PYTHON else f"{version}, python{python}"
+
+
+@nox.session
 @nox.parametrize(
-    "minor",
+    ("python", "minor"),
     [
-        nox.param(minor, id=AIRFLOW_MATRIX[minor][0], tags=["ci"] if minor == AIRFLOW_FLOOR else [])
+        nox.param(
+            PYTHON,
+            minor,
+            id=_python_id(AIRFLOW_MATRIX[minor][0], PYTHON),
+            tags=["ci"] if minor == AIRFLOW_FLOOR else [],
+        )
         for minor in AIRFLOW_MATRIX
+    ]
+    + [
+        nox.param(python, AIRFLOW_NEWEST, id=_python_id(AIRFLOW_MATRIX[AIRFLOW_NEWEST][0], python))
+        for python in NEWER_PYTHONS
     ],
 )
 def airflow(session: nox.Session, minor: str) -> None:
@@ -160,11 +254,15 @@ def airflow(session: nox.Session, minor: str) -> None:
 PYSPARK_VERSIONS = ["3.5.9", "4.0.5", "4.2.0", "4.3.0"]
 
 
+def _libraries() -> list[str]:
+    """The project's requirements other than Airflow: what its client and broker need."""
+    return [r for r in _project()["dependencies"] if not r.startswith("apache-airflow")]
+
+
 def spark_runtime(pyspark: str) -> list[str]:
     """The project's requirements for a Spark runtime, with ``pyspark`` pinned."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    needed = [r for r in project["dependencies"] if not r.startswith("apache-airflow")]
-    spark = project["optional-dependencies"]["spark"]
+    needed = _libraries()
+    spark = _project()["optional-dependencies"]["spark"]
     needed += [r for r in spark if not r.startswith("pyspark")]
     return [f"pyspark=={pyspark}", *needed]
 
@@ -187,10 +285,14 @@ def _prune_uv_cache(session: nox.Session) -> None:
         session.run(uv, "cache", "prune", "--ci", external=True)
 
 
-@nox.session(python=PYTHON, tags=["spark"])
+@nox.session(tags=["spark"])
 @nox.parametrize(
-    "pyspark",
-    [nox.param(v, id=v, tags=["ci"] if v in PYSPARK_CI else []) for v in PYSPARK_VERSIONS],
+    ("python", "pyspark"),
+    [nox.param(PYTHON, v, id=v, tags=["ci"] if v in PYSPARK_CI else []) for v in PYSPARK_VERSIONS]
+    + [
+        nox.param(python, PYSPARK_VERSIONS[-1], id=_python_id(PYSPARK_VERSIONS[-1], python))
+        for python in NEWER_PYTHONS
+    ],
 )
 def spark(session: nox.Session, pyspark: str) -> None:
     """tests/spark on one PySpark, without Airflow."""
@@ -239,4 +341,40 @@ def spark_extras(session: nox.Session) -> None:
     with session.chdir(tree):
         session.run(
             "pytest", "-p", "no:cacheprovider", "-rs", *SPARK_EXTRAS_TESTS, *session.posargs
+        )
+
+
+# -- The library on the newer Pythons ----------------------------------------------------
+
+#: The library's own tests: the wire protocol, the client, the embedded nsqd and
+#: nsqlookupd. On 3.11 the main suite runs them; the Airflow-layer tests (the triggers
+#: among them) and the Spark tests have their own sessions.
+LIBRARY_TESTS = ["tests/protocol", "tests/client", "tests/broker", "tests/lookupd"]
+
+
+@nox.session(python=NEWER_PYTHONS)
+def library(session: nox.Session) -> None:
+    """The protocol, client and embedded-broker tests on one Python, against the wheel
+    installed without Airflow (none of them needs it). About 4 min on 2 cores."""
+    wheel = _wheel(session)
+    session.install("--no-deps", str(wheel))
+    _install(
+        session,
+        *_libraries(),
+        *_project()["optional-dependencies"]["test"],
+        as_of=PROVIDER_DEPS_AS_OF,
+    )
+    session.run("python", "-VV")
+    tree = _test_tree(session)
+    with session.chdir(tree):
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            *LIBRARY_TESTS,
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "--durations=5",
+            *session.posargs,
         )

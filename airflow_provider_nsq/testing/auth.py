@@ -93,6 +93,7 @@ class AuthServer(ServiceOnLoop[asyncio.Server]):
         self.requests: list[AuthRequest] = []
         self._lock = threading.Lock()
         self._host = host
+        self._connections: set[asyncio.Transport] = set()
         super().__init__()
 
     @property
@@ -126,8 +127,11 @@ class AuthServer(ServiceOnLoop[asyncio.Server]):
         return Response(200, json.dumps(answer).encode(), {"Content-Type": "application/json"})
 
     async def _open(self) -> asyncio.Server:
-        return await start_http_server(self._answer, self._host, 0)
+        return await start_http_server(self._answer, self._host, 0, connections=self._connections)
 
     async def _close(self, server: asyncio.Server) -> None:
         server.close()
+        # A keep-alive client's connection: wait_closed() waits for it (Python 3.12.1+).
+        for transport in list(self._connections):
+            transport.abort()
         await server.wait_closed()

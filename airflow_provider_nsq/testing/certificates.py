@@ -8,10 +8,15 @@ directory you give.
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["TLSFiles", "generate_tls_files"]
+
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*"
+)
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,17 @@ def generate_tls_files(
     """Write a CA, a server cert for ``host`` (and ``localhost``) and a client cert
     whose common name is ``client_common_name`` (what nsqd hands its AUTH server), all
     signed by the CA, into ``directory``; return their paths. Keys are readable by the
-    owner only."""
+    owner only.
+
+    The client certificate names ``client_common_name`` in its subjectAltName too: an
+    empty one fails Python 3.13's default (strict) verification, so it must be a host
+    name (letters, digits, ``-`` and ``.``).
+    """
+    if not _HOST_NAME.fullmatch(client_common_name):
+        raise ValueError(
+            f"client_common_name must be a host name (letters, digits, '-' and '.'), "
+            f"it is also the client certificate's subjectAltName: {client_common_name!r}"
+        )
     import trustme
 
     out = Path(directory)
@@ -45,7 +60,9 @@ def generate_tls_files(
     until = now + datetime.timedelta(days=days)
     ca = trustme.CA(organization_name="airflow-provider-nsq test CA")
     server = ca.issue_cert(host, "localhost", common_name=host, not_before=now, not_after=until)
-    client = ca.issue_cert(common_name=client_common_name, not_before=now, not_after=until)
+    client = ca.issue_cert(
+        client_common_name, common_name=client_common_name, not_before=now, not_after=until
+    )
     paths = TLSFiles(
         ca_file=str(out / "ca.pem"),
         ca_key=str(out / "ca-key.pem"),

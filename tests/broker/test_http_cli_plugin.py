@@ -16,6 +16,7 @@ import pytest
 
 from airflow_provider_nsq.protocol.names import is_valid_name
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
+from airflow_provider_nsq.testing.certificates import generate_tls_files
 from tests.broker.wire import cmd
 from tests.testing.listening import listening_ports
 
@@ -135,6 +136,19 @@ def test_embedded_broker_stops_cleanly():
     assert {t.name for t in threading.enumerate()} - before == set()
 
 
+def test_embedded_broker_stop_closes_idle_keep_alive_http_connections():
+    # From Python 3.12.1 an asyncio server's wait_closed() waits for every connection:
+    # one a client keeps open would hold stop() until its timeout.
+    before = {t.name for t in threading.enumerate()}
+    with EmbeddedNSQD() as nsqd:
+        conn = http.client.HTTPConnection(nsqd.host, nsqd.http_port, timeout=5)
+        conn.request("GET", "/ping")
+        assert conn.getresponse().read() == b"OK"  # the connection stays open: keep-alive
+    assert conn.sock.recv(100) == b""  # the broker closed it on stop
+    conn.close()
+    assert {t.name for t in threading.enumerate()} - before == set()
+
+
 def test_embedded_broker_reports_startup_errors():
     with EmbeddedNSQD() as first, pytest.raises(OSError):
         EmbeddedNSQD(tcp_port=first.tcp_port).start()
@@ -226,6 +240,9 @@ def test_tls_files_make_a_valid_chain(tls_files):
     server.verify_mode = ssl.CERT_REQUIRED
     client = ssl.create_default_context(cafile=tls_files.ca_file)
     client.load_cert_chain(tls_files.client_cert, tls_files.client_key)
+    # Python 3.13's defaults (strict X.509, which refuses an empty subjectAltName), on all
+    for context in (server, client):
+        context.verify_flags |= ssl.VERIFY_X509_STRICT
     a, b = socket.socketpair()
     with a, b:
         results: list = []
@@ -237,3 +254,10 @@ def test_tls_files_make_a_valid_chain(tls_files):
         t.join(5)
     subject = dict(x[0] for x in results[0]["subject"])
     assert subject["commonName"] == tls_files.client_common_name
+    assert results[0]["subjectAltName"] == (("DNS", tls_files.client_common_name),)
+
+
+def test_tls_files_refuse_a_client_name_that_is_not_a_host_name(tmp_path):
+    with pytest.raises(ValueError, match="'test client'"):
+        generate_tls_files(tmp_path, client_common_name="test client")
+    assert not list(tmp_path.iterdir())  # nothing written

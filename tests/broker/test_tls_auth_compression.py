@@ -4,12 +4,14 @@ with TTL re-query) and snappy / deflate on the embedded broker."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import logging
 import os
 import socket
 import ssl
 import struct
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -157,6 +159,19 @@ def test_http_authorizer_ttl_requery_and_request_shape(nsqd_factory, open_peer):
         assert auth.requests[0].accept == "application/vnd.nsq; version=1.0"
         peer.send(cmd("PUB other", b"x"))
         assert peer.read_frame().data == b'E_UNAUTHORIZED AUTH failed for PUB on "other" ""'
+
+
+def test_auth_server_stop_closes_idle_keep_alive_connections():
+    # From Python 3.12.1 an asyncio server's wait_closed() waits for every connection.
+    before = {t.name for t in threading.enumerate()}
+    with AuthServer({"s": allow_all()}) as auth:
+        conn = http.client.HTTPConnection("127.0.0.1", auth.port, timeout=5)
+        conn.request("GET", "/auth?secret=s")
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())["identity"]) == (200, "test-user")
+    assert conn.sock.recv(100) == b""  # the server closed it on stop
+    conn.close()
+    assert {t.name for t in threading.enumerate()} - before == set()  # not held (30 s)
 
 
 def test_a_403_naming_an_https_port_is_asked_again_over_https(tls_files):

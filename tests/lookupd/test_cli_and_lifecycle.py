@@ -8,11 +8,13 @@ registers everything again) and a hostile client cannot take the lookupd down.
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -67,6 +69,19 @@ def test_embedded_lookupd_stops_cleanly_and_reports_startup_errors() -> None:
             EmbeddedNSQLookupd(tcp_port=port).start()
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0  # closed after stop()
+
+
+def test_embedded_lookupd_stop_closes_idle_keep_alive_http_connections() -> None:
+    # From Python 3.12.1 an asyncio server's wait_closed() waits for every connection:
+    # one a client keeps open would hold stop() until its timeout.
+    before = {t.name for t in threading.enumerate()}
+    with EmbeddedNSQLookupd() as lookupd:
+        conn = http.client.HTTPConnection("127.0.0.1", lookupd.http_port, timeout=5)
+        conn.request("GET", "/ping")
+        assert conn.getresponse().read() == b"OK"  # the connection stays open: keep-alive
+    assert conn.sock.recv(100) == b""  # the lookupd closed it on stop
+    conn.close()
+    assert {t.name for t in threading.enumerate()} - before == set()
 
 
 def test_broker_registers_again_after_a_lookupd_restart() -> None:

@@ -5,7 +5,10 @@ and installed by the matrix."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -50,19 +53,51 @@ def test_common_compat_has_a_lower_bound():
     assert spec.operator == ">=" and Version(spec.version) >= Version("1.21.0")
 
 
-def test_classifiers_are_known_to_pypi_and_name_the_declared_pythons():
+def test_classifiers_are_known_to_pypi_and_name_exactly_the_pythons_the_matrix_runs(noxfile):
     trove = pytest.importorskip("trove_classifiers", reason="comes with the dev extra")
     classifiers = PROJECT["classifiers"]
     assert not [c for c in classifiers if c not in trove.classifiers]
     assert "Framework :: Apache Airflow :: Provider" in classifiers
     pythons = [
-        Version(c.rsplit(" :: ", 1)[1])
+        c.rsplit(" :: ", 1)[1]
         for c in classifiers
         if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
     ]
+    assert sorted(pythons, key=Version) == sorted(noxfile.PYTHONS, key=Version)
+    # requires-python starts at the oldest the matrix runs (and admits the others)
     requires = SpecifierSet(PROJECT["requires-python"])
-    assert pythons and all(p in requires for p in pythons)
-    assert min(pythons) == Version("3.11")  # the oldest declared is the one the matrix runs
+    assert all(Version(p) in requires for p in pythons)
+    assert Version(noxfile.PYTHON) == min(map(Version, pythons))
+    assert Version(f"{noxfile.PYTHON}.0") in requires
+    older = Version(noxfile.PYTHON).release
+    assert Version(f"{older[0]}.{older[1] - 1}") not in requires
+
+
+def _sessions() -> list[dict]:
+    """``nox -l --json``: every session of the matrix, as nox builds them."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "nox", "--list", "--json", "-f", str(ROOT / "noxfile.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(listed.stdout)
+
+
+def test_every_python_runs_the_newest_airflow_and_pyspark_and_the_library(noxfile):
+    sessions = _sessions()
+    newest_airflow = {"minor": noxfile.AIRFLOW_NEWEST}
+    newest_pyspark = {"pyspark": max(noxfile.PYSPARK_VERSIONS, key=Version)}
+    for python in noxfile.PYTHONS:
+        on_it = [(s["name"], s["call_spec"]) for s in sessions if s["python"] == python]
+        assert ("airflow", newest_airflow) in on_it, python
+        assert ("spark", newest_pyspark) in on_it, python
+        if python != noxfile.PYTHON:  # the main suite runs the library's tests on it
+            assert ("library", {}) in on_it, python
+    # what CI runs stays on the main suite's Python
+    assert {s["python"] for s in sessions if "ci" in s["tags"]} == {noxfile.PYTHON}
+    assert {s["python"] for s in sessions} == set(noxfile.PYTHONS)
 
 
 def test_license_files_are_declared_and_present():
@@ -79,3 +114,27 @@ def test_the_main_environment_pins_the_newest_airflow_of_the_matrix(noxfile):
     assert pinned, "the Makefile pins no apache-airflow version"
     newest = max((patch for patch, _ in noxfile.AIRFLOW_MATRIX.values()), key=Version)
     assert pinned.group(1) == newest
+
+
+def test_the_docs_name_the_pythons_the_matrix_runs(noxfile):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    versions = re.search(r"^Airflow .*, Python (3\.\d+) to (3\.\d+)$", readme, re.MULTILINE)
+    assert versions, "README.md has no versions line ending 'Python 3.X to 3.Y'"
+    assert list(versions.groups()) == [
+        min(noxfile.PYTHONS, key=Version),
+        max(noxfile.PYTHONS, key=Version),
+    ]
+
+    page = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    section = page[page.index("## Python versions") : page.index("## Running the matrix")]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if re.match(r"\| 3\.\d+", line)
+    ]
+    checked = {row[0].split()[0]: row[2] for row in rows if not row[2].startswith("no")}
+    assert sorted(checked, key=Version) == sorted(noxfile.PYTHONS, key=Version)
+    for python in noxfile.NEWER_PYTHONS:  # each names its sessions, as `nox -l` does
+        assert f"python{python})" in checked[python] and f"library-{python}" in checked[python]
+    declared = {row[0].split()[0] for row in rows if "classifier," in row[1]}
+    assert declared == set(noxfile.PYTHONS)

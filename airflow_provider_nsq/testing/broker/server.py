@@ -47,6 +47,7 @@ class Broker(BrokerState):
             # Refuse what no route would accept before reading it.
             "max_body_size": opts.max_body_size + opts.max_msg_size,
             "body_too_large": api.body_too_large,
+            "connections": self._listeners.http_connections,
         }
         self.http_port = self._listeners.add(
             await start_http_server(app, opts.host, opts.http_port, **http_options)

@@ -38,7 +38,9 @@ class Lookupd(LookupdState):
             await loop.create_server(lambda: PeerConnection(self), opts.host, opts.tcp_port)
         )
         self.http_port = self._listeners.add(
-            await start_http_server(self.app, opts.host, opts.http_port)
+            await start_http_server(
+                self.app, opts.host, opts.http_port, connections=self._listeners.http_connections
+            )
         )
         # One line per listener, in nsqlookupd's words (see the broker's start()).
         log.info("nsqlookupd-compatible lookupd %s", self.version)

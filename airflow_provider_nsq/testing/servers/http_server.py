@@ -29,6 +29,7 @@ import re
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import parse_qs, unquote
 
 import h11
@@ -148,10 +149,13 @@ class HTTPServerProtocol(asyncio.Protocol):
         *,
         max_body_size: int | None = None,
         body_too_large: Handler | None = None,
+        connections: set[asyncio.Transport] | None = None,
     ) -> None:
         self._app = app
         self._max_body_size = max_body_size
         self._body_too_large = body_too_large or (lambda request: Response(413))
+        self._connections = connections
+        self._tracked: asyncio.Transport | None = None
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_SIZE)
         self._transport: asyncio.Transport | None = None
         self._secure = False
@@ -159,10 +163,16 @@ class HTTPServerProtocol(asyncio.Protocol):
         self._body = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._secure = transport.get_extra_info("ssl_object") is not None
+        stream = cast(asyncio.Transport, transport)  # a stream server's
+        self._transport = stream
+        self._secure = stream.get_extra_info("ssl_object") is not None
+        if self._connections is not None:
+            self._tracked = stream
+            self._connections.add(stream)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._connections is not None and self._tracked is not None:
+            self._connections.discard(self._tracked)  # _transport is None once _close ran
         self._transport = None
 
     def eof_received(self) -> bool:
@@ -318,11 +328,23 @@ async def start_http_server(
     ssl_context: ssl.SSLContext | None = None,
     max_body_size: int | None = None,
     body_too_large: Handler | None = None,
+    connections: set[asyncio.Transport] | None = None,
 ) -> asyncio.Server:
-    """Serve ``app`` on ``host:port`` (port 0: any free port) on the running loop."""
+    """Serve ``app`` on ``host:port`` (port 0: any free port) on the running loop.
+
+    :param connections: where each open connection's transport is kept until it is lost,
+        for the server's owner to drop when it stops (a keep-alive client may never
+        close, and from Python 3.12.1 ``Server.wait_closed()`` waits for every
+        connection).
+    """
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        lambda: HTTPServerProtocol(app, max_body_size=max_body_size, body_too_large=body_too_large),
+        lambda: HTTPServerProtocol(
+            app,
+            max_body_size=max_body_size,
+            body_too_large=body_too_large,
+            connections=connections,
+        ),
         host,
         port,
         ssl=ssl_context,
