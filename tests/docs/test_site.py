@@ -143,12 +143,13 @@ def test_param_fields_are_parameter_tables(site: Site) -> None:
 
 
 def test_roles_link_to_what_the_site_documents(site: Site) -> None:
-    """The hook's page: its docstrings' roles for its own methods and for the client's
-    classes are links to where those are documented."""
+    """The hook's page: its docstrings' roles for its methods (written on the role hook
+    that defines them, NSQConsumerHook for consume) and for the client's classes are
+    links to where those are documented."""
     parsed = site.parsed("reference/hooks/nsq.html")
     page = site.pages["reference/hooks/nsq.html"]
     for title, href in [
-        ("consume()", "#airflow_provider_nsq.hooks.nsq.NSQHook.consume"),
+        ("consume()", "consumer.html#airflow_provider_nsq.hooks.consumer.NSQConsumerHook.consume"),
         ("NSQConsumer", "../client/index.html#airflow_provider_nsq.client.NSQConsumer"),
     ]:
         assert f'href="{href}"><code>{title}</code></a>' in page, title
