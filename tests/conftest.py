@@ -119,3 +119,35 @@ def spark() -> Iterator[Any]:
         register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local Spark Connect server (``tests/spark/connect_server.py``: ``local[2]`` on
+    127.0.0.1, ~15 s to start), shared by ``tests/spark`` and the docs' blocks. Its Python
+    workers run a Python with this package and its runtime libraries only, no Airflow: what
+    docs/spark.md ("Spark Connect") says to install on the server."""
+    from tests.spark.connect_server import CONNECT_MISSING, ConnectServer
+    from tests.spark.python_envs import EXECUTOR_DISTRIBUTIONS, python_with
+
+    if CONNECT_MISSING is not None:
+        pytest.skip(CONNECT_MISSING)
+    home = tmp_path_factory.mktemp("spark-connect")
+    python = python_with(
+        home / "venv", EXECUTOR_DISTRIBUTIONS, with_package=True, check_missing="airflow"
+    )
+    server = ConnectServer(python, home / "server.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_connect_server: Any) -> Iterator[Any]:
+    """A Spark Connect client session on ``spark_connect_server``, with the nsq data
+    source registered."""
+    from airflow_provider_nsq.spark import register
+
+    session = spark_connect_server.session()
+    register(session)
+    yield session
+    session.stop()
