@@ -30,8 +30,8 @@ from typing import Any
 from airflow_provider_nsq.testing.polling import wait_for
 from tests.spark.pyspark_features import PYSPARK_VERSION
 
-#: The first PySpark whose wheel ships the Connect server (and runs Python data sources
-#: through it).
+#: The first PySpark with Python data sources (so with the nsq source on Connect); the
+#: wheel must also ship the Connect server's jar (4.2.0 and 4.3.0 do: checked below).
 CONNECT_PYSPARK = (4, 0)
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 180.0
@@ -43,8 +43,8 @@ def _connect_missing() -> str | None:
         return "Spark Connect needs PySpark >= 4.0 (not installed here)"
     if tuple(int(p) for p in PYSPARK_VERSION.split(".")[:2]) < CONNECT_PYSPARK:
         return (
-            f"Spark Connect tests need PySpark >= 4.0, whose wheel ships the Connect server "
-            f"(this is {PYSPARK_VERSION})"
+            f"the Spark Connect tests need PySpark >= 4.0, for Python data sources and the "
+            f"Connect server in its wheel (this is {PYSPARK_VERSION})"
         )
     if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
         return "Spark needs Java (install a JDK 17 or set JAVA_HOME)"
