@@ -233,20 +233,6 @@ def test_a_failed_batch_finishes_nothing_and_the_rerun_gets_every_message_once(
     assert (stats["depth"], stats["in_flight_count"], stats["requeue_count"]) == (0, 0, 300)
 
 
-def test_publish_dataframe_on_connect_returns_the_summary(
-    spark_connect: Any, nsq_options: dict[str, str], read_topic: Any
-) -> None:
-    df = spark_connect.createDataFrame([(f"row {i}",) for i in range(25)], "value string")
-
-    summary = publish_dataframe(df.repartition(2), nsq_options, batch_size=10, tls=False)
-
-    assert summary["status"] == "committed"
-    assert (summary["messages"], summary["partitions"], summary["failed_partitions"]) == (25, 2, 0)
-    assert sorted(read_topic(nsq_options["topic"], 25)) == sorted(
-        f"row {i}".encode() for i in range(25)
-    )
-
-
 def test_a_server_with_another_version_is_refused(
     spark_connect_server: Any, nsqd: Any, nsq_topic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
