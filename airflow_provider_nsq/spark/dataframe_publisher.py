@@ -89,6 +89,8 @@ def publish_dataframe(
         ``per_partition`` ...
     :raises NSQOptionError: a missing, unknown or bad option, or no usable body column,
         before anything is published.
+    :raises NSQConnectServerError: on Spark Connect, a server whose Python workers lack
+        this package (or have another version), before anything is published.
     """
     given = {**(options or {}), **more}
     parsed = NSQWriteOptions.parse({key: option_text(value) for key, value in given.items()})
