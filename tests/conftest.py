@@ -9,7 +9,8 @@ and the repository's ``example_dags``.
 It imports nothing from Airflow itself: tests that never touch Airflow stay fast. The
 metadata database is created only when a test asks for the ``airflow_db`` fixture, and
 the one local[2] SparkSession (``spark``, shared by ``tests/spark`` and the docs' Spark
-blocks) only when a test asks for it.
+blocks) and the one Spark Connect server (``spark_connect_server``) only when a test asks
+for them.
 """
 
 from __future__ import annotations
