@@ -9,7 +9,8 @@ and the repository's ``example_dags``.
 It imports nothing from Airflow itself: tests that never touch Airflow stay fast. The
 metadata database is created only when a test asks for the ``airflow_db`` fixture, and
 the one local[2] SparkSession (``spark``, shared by ``tests/spark`` and the docs' Spark
-blocks) only when a test asks for it.
+blocks) and the one Spark Connect server (``spark_connect_server``) only when a test asks
+for them.
 """
 
 from __future__ import annotations
@@ -117,5 +118,37 @@ def spark() -> Iterator[Any]:
         from airflow_provider_nsq.spark import register
 
         register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local Spark Connect server (``tests/spark/connect_server.py``: ``local[2]`` on
+    127.0.0.1, ~15 s to start), shared by ``tests/spark`` and the docs' blocks. Its Python
+    workers run a Python with this package and its runtime libraries only, no Airflow: what
+    docs/spark.md ("Spark Connect") says to install on the server."""
+    from tests.spark.connect_server import CONNECT_MISSING, ConnectServer
+    from tests.spark.python_envs import EXECUTOR_DISTRIBUTIONS, python_with
+
+    if CONNECT_MISSING is not None:
+        pytest.skip(CONNECT_MISSING)
+    home = tmp_path_factory.mktemp("spark-connect")
+    python = python_with(
+        home / "venv", EXECUTOR_DISTRIBUTIONS, with_package=True, check_missing="airflow"
+    )
+    server = ConnectServer(python, home / "server.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(spark_connect_server: Any) -> Iterator[Any]:
+    """A Spark Connect client session on ``spark_connect_server``, with the nsq data
+    source registered."""
+    from airflow_provider_nsq.spark import register
+
+    session = spark_connect_server.session()
+    register(session)
     yield session
     session.stop()

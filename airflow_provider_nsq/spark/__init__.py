@@ -22,6 +22,10 @@ it in), when both are installed, are one version: they share the ``pyspark/`` fo
 a mix fails jobs deep inside Spark; the ImportError names both and the fix
 (:func:`.versions.check_one_pyspark`).
 
+On Spark Connect (``SparkSession.builder.remote(...)``) all of it works the same from the
+client; the server's Python workers run it, so the package is installed there too
+(:mod:`.connect_session` checks, naming what to install).
+
 Importing this package never imports Airflow (executors have only the client). On the
 DAG side, options come from an Airflow connection as
 ``options_from_settings(NSQHook(conn_id).get_settings())`` (``source="read"`` for the
@@ -33,6 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..client.lazy_names import lazy_names
+from .connect_session import NSQConnectServerError
 from .option_sets import NSQOptionError, options_from_client_config, options_from_settings
 from .reader_options import KNOWN_READ_OPTIONS, NSQReadOptions
 from .versions import check_one_pyspark
@@ -64,6 +69,7 @@ __all__ = [
     "KNOWN_OPTIONS",
     "KNOWN_READ_OPTIONS",
     "READ_SCHEMA",
+    "NSQConnectServerError",
     "NSQDataSource",
     "NSQOptionError",
     "NSQPartitionSummary",

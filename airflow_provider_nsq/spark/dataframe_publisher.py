@@ -1,5 +1,6 @@
 """``publish_dataframe(df, options)``: publish a DataFrame's rows to NSQ with ``mapInArrow``,
-for PySpark 3.5 (which has no Python data source API) and as a plain alternative on 4.x.
+for PySpark 3.5 (which has no Python data source API) and as a plain alternative on 4.x,
+on classic Spark and on Spark Connect.
 
 It takes the ``nsq`` data source writer's options, checked by the same parser, and runs
 the same code on the executors (:func:`~.partition_publisher.publish_partition`: one
@@ -9,13 +10,20 @@ its partition again) and the summary are the data source's.
 
 Where each piece runs:
 
-- on the driver, before anything runs: the options and the body column are checked;
+- on the driver (the client, on Spark Connect), before anything runs: the options and
+  the body column are checked; on Spark Connect, the server is checked once per session
+  for this package (:func:`~.connect_session.check_connect_server`);
 - one task per partition (``mapInArrow``): publishes the partition and returns its
-  summary as one row; a finished task also adds its summary to an accumulator;
-- on the driver: ``collect()`` gathers the summaries, prints one line, writes
-  ``summary_file``, returns the summary. If the job fails, the partitions whose tasks
-  finished (counted by the accumulator: Spark returns no rows from a failed job) are
-  reported as an aborted write and Spark's error is raised.
+  summary as one row;
+- on the driver: the summaries are gathered, one line is printed, ``summary_file`` is
+  written and the summary returned.
+
+If the job fails, Spark returns no rows, and the partitions whose tasks finished are
+reported as an aborted write before Spark's error is raised. Classic Spark counts them
+exactly: each finished task also adds its summary to an accumulator. Spark Connect has no
+accumulators (nor ``sparkContext``): there the rows are read as Spark sends them, in
+partition order, so the report holds the partitions up to the first one that had not
+finished, and says that more may have published (``partitions`` unknown).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.types import StructType
 
+from .connect_session import check_connect_server, is_spark_connect
 from .message_bodies import choose_body_column
 from .option_sets import option_text
 from .partition_publisher import NSQPartitionSummary, publish_partition
@@ -80,6 +89,8 @@ def publish_dataframe(
         ``per_partition`` ...
     :raises NSQOptionError: a missing, unknown or bad option, or no usable body column,
         before anything is published.
+    :raises NSQConnectServerError: on Spark Connect, a server whose Python workers lack
+        this package (or have another version), before anything is published.
     """
     given = {**(options or {}), **more}
     parsed = NSQWriteOptions.parse({key: option_text(value) for key, value in given.items()})
@@ -95,6 +106,8 @@ def publish_dataframe(
         df = df.select(f"_{index}")
         schema = StructType([schema.fields[index]])
         body_index = 0
+    if is_spark_connect(df.sparkSession):
+        return _publish_on_spark_connect(df, parsed, schema, body_index)
     finished = df.sparkSession.sparkContext.accumulator([], _SummaryList())
     publish = _PublishTask(parsed, schema, body_index, finished)
     try:
@@ -105,6 +118,22 @@ def publish_dataframe(
         report_write(parsed, done + [None] * failed, aborted=True)
         raise
     return report_write(parsed, [NSQPartitionSummary(**r.asDict()) for r in rows], aborted=False)
+
+
+def _publish_on_spark_connect(
+    df: DataFrame, options: NSQWriteOptions, schema: StructType, body_index: int | None
+) -> dict[str, Any]:
+    """The same job without an accumulator: the summary rows as Spark sends them."""
+    check_connect_server(df.sparkSession)
+    publish = _PublishTask(options, schema, body_index, finished=None)
+    received: list[NSQPartitionSummary] = []
+    try:
+        for row in df.mapInArrow(publish, SUMMARY_SCHEMA).toLocalIterator():
+            received.append(NSQPartitionSummary(**row.asDict()))
+    except Exception:
+        report_write(options, received, aborted=True, partitions_known=False)
+        raise
+    return report_write(options, received, aborted=False)
 
 
 class _SummaryList(AccumulatorParam):
@@ -121,14 +150,15 @@ class _SummaryList(AccumulatorParam):
 
 
 class _PublishTask:
-    """The ``mapInArrow`` function: publishes its partition, yields its summary row."""
+    """The ``mapInArrow`` function: publishes its partition, yields its summary row (and,
+    on classic Spark, adds it to ``finished``)."""
 
     def __init__(
         self,
         options: NSQWriteOptions,
         schema: StructType,
         body_index: int | None,
-        finished: Accumulator[list[NSQPartitionSummary]],
+        finished: Accumulator[list[NSQPartitionSummary]] | None,
     ) -> None:
         self.options = options
         self.schema = schema
@@ -141,7 +171,8 @@ class _PublishTask:
         summary = publish_partition(
             self.options, self.schema, self.body_index, batches, NSQPartitionSummary
         )
-        self.finished.add([summary])
+        if self.finished is not None:  # classic Spark (Spark Connect has no accumulators)
+            self.finished.add([summary])
         row = asdict(summary)
         yield pa.RecordBatch.from_pylist([row], schema=_arrow_summary_schema())
 

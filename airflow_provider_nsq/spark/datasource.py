@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import NSQValueError
+from .connect_session import check_connect_server, is_spark_connect
 from .reader_options import NSQReadOptions
 from .versions import data_source_too_old
 from .writer import NSQWriter
@@ -82,5 +83,13 @@ _NO_BATCH_READ = (
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("nsq")`` available in ``spark`` (safe to call more than once)."""
+    """Make ``format("nsq")`` available in ``spark`` (safe to call more than once).
+
+    On Spark Connect the data source runs in the server's Python workers: the first call
+    for a session checks, with a one-row job, that the server has this package at this
+    version, and raises :class:`~.connect_session.NSQConnectServerError` saying what to
+    install there if not.
+    """
+    if is_spark_connect(spark):
+        check_connect_server(spark)
     spark.dataSource.register(NSQDataSource)

@@ -2,7 +2,10 @@
 ``summary_file`` option, a JSON file replaced atomically.
 
 Both writers report the same way: the data source's ``commit``/``abort`` and
-:func:`~.dataframe_publisher.publish_dataframe`.
+:func:`~.dataframe_publisher.publish_dataframe`. One case knows less: a failed
+``publish_dataframe`` on Spark Connect learns only some of the partitions that finished
+and not how many there were (``partitions_known=False``: ``partitions`` and
+``failed_partitions`` are ``null``, and the line says "at least").
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from .writer_options import NSQWriteOptions
 
 
 def summarize(
-    options: NSQWriteOptions, parts: Sequence[NSQPartitionSummary | None], *, aborted: bool
+    options: NSQWriteOptions,
+    parts: Sequence[NSQPartitionSummary | None],
+    *,
+    aborted: bool,
+    partitions_known: bool = True,
 ) -> dict[str, Any]:
-    """The write's summary; ``parts`` has ``None`` for each partition that failed."""
+    """The write's summary; ``parts`` has ``None`` for each partition that failed, or,
+    with ``partitions_known=False``, only some of the partitions that finished."""
     done = sorted((p for p in parts if p is not None), key=lambda p: p.partition)
     return {
         "status": "aborted" if aborted else "committed",
@@ -34,18 +42,29 @@ def summarize(
         "messages": sum(p.messages for p in done),
         "bytes": sum(p.bytes for p in done),
         "frames": sum(p.frames for p in done),
-        "partitions": len(parts),
-        "failed_partitions": sum(1 for p in parts if p is None),
+        "partitions": len(parts) if partitions_known else None,
+        "failed_partitions": sum(1 for p in parts if p is None) if partitions_known else None,
         "per_partition": [asdict(p) for p in done],
     }
 
 
 def report_write(
-    options: NSQWriteOptions, parts: Sequence[NSQPartitionSummary | None], *, aborted: bool
+    options: NSQWriteOptions,
+    parts: Sequence[NSQPartitionSummary | None],
+    *,
+    aborted: bool,
+    partitions_known: bool = True,
 ) -> dict[str, Any]:
     """Print the write's line to stderr, write ``summary_file`` if set; returns the summary."""
-    summary = summarize(options, parts, aborted=aborted)
-    if aborted:
+    summary = summarize(options, parts, aborted=aborted, partitions_known=partitions_known)
+    if aborted and not partitions_known:
+        line = (
+            f"nsq: write to topic {summary['topic']!r} aborted; at least "
+            f"{summary['messages']} messages from {len(summary['per_partition'])} finished "
+            "partitions were already published and stay published (Spark Connect reports a "
+            "failed job's partitions only up to the first one that had not finished)"
+        )
+    elif aborted:
         line = (
             f"nsq: write to topic {summary['topic']!r} aborted; "
             f"{summary['messages']} messages from "

@@ -20,7 +20,9 @@ How a block runs:
   ``dag.test()`` runs it: such a block must be a whole DAG file.
 - A function a block defines whose name starts with ``test_`` is called afterwards, with
   pytest fixtures for its arguments, as pytest would call it in the reader's project.
-- Notes reach the test servers through ``testbed`` (a :class:`Testbed`).
+- Notes reach the test servers through ``testbed`` (a :class:`Testbed`); a DAG whose
+  tasks cannot share the test process runs in a new one
+  (``testbed.test_dag_in_new_process``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ import builtins
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,6 +59,7 @@ class Testbed:
     def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
         self.request = request
         self.tmp_path = tmp_path
+        self.dag_file: Path | None = None  # the block's DAG file, once saved
 
     def fixture(self, name: str) -> Any:
         return self.request.getfixturevalue(name)
@@ -86,6 +92,31 @@ class Testbed:
         with NSQConsumer(topic, channel, config=config) as consumer:
             messages = consumer.consume(max_messages=count, timeout=timeout)
         return [message.body for message in messages]
+
+    def test_dag_in_new_process(self, dag_function: str, timeout: float = 300.0) -> str:
+        """``dag_function().test()`` of the block's DAG file in a new Python process (this
+        one's environment); returns the run's state. For tasks that cannot share the test
+        process: a Spark Connect session cannot start beside its classic SparkContext."""
+        assert self.dag_file is not None, "the block defines no DAG"
+        script = textwrap.dedent(
+            f"""
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("docs_dag", {str(self.dag_file)!r})
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            print("STATE", getattr(module, {dag_function!r})().test().state)
+            """
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=self.tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        states = [line[6:] for line in done.stdout.splitlines() if line.startswith("STATE ")]
+        assert done.returncode == 0 and states, (done.stdout + done.stderr)[-5000:]
+        return states[0]
 
     def call_test(self, function: Callable[..., Any]) -> Any:
         """Call a test function as pytest would: a fixture for each argument."""
@@ -196,7 +227,8 @@ def _run(block: PythonBlock, namespace: dict[str, Any], testbed: Testbed, bundle
     if _DEFINES_DAG.search(source):
         testbed.fixture("airflow_db")
         stem = re.sub(r"\W", "_", f"{block.page}_{block.line}")
-        (bundle / f"{stem}.py").write_text(source, encoding="utf-8")
+        testbed.dag_file = bundle / f"{stem}.py"
+        testbed.dag_file.write_text(source, encoding="utf-8")
     if block.raises is not None:
         with pytest.raises(_exception_named(block.raises, namespace)):
             exec(code, namespace)

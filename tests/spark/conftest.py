@@ -1,6 +1,6 @@
 """Shared fixtures for the Spark tests: data source options and reading a topic back
-with the NSQ client (the local[2] ``spark`` session is in ``tests/conftest.py``, shared
-with the docs' Spark blocks).
+with the NSQ client (the local[2] ``spark`` session, the Spark Connect server and its
+``spark_connect`` session are in ``tests/conftest.py``, shared with the docs' blocks).
 
 The broker comes from the project's pytest plugin (``nsqd``: the embedded broker, or a
 real nsqd when NSQD_ADDRESS is set), so these tests run unchanged against both.

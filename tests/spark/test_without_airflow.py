@@ -13,13 +13,9 @@ and reads it back with the stream reader (PySpark 4.2+).
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
-import re
 import subprocess
-import sys
-import sysconfig
 import textwrap
 import uuid
 from pathlib import Path
@@ -27,40 +23,11 @@ from typing import Any
 
 import pytest
 
-import airflow_provider_nsq
 from airflow_provider_nsq.client import ClientConfig, NSQConsumer
 from tests.spark.pyspark_features import DATA_SOURCE_MISSING, STREAM_READER_MISSING
+from tests.spark.python_envs import EXECUTOR_DISTRIBUTIONS, python_with
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-# What the executors need (docs/spark.md, "Running on a cluster"), with their own
-# dependencies: the client's, PySpark's, and pandas, which PySpark's mapInArrow requires.
-EXECUTOR_DISTRIBUTIONS = ("pyspark", "pyarrow", "pandas", "python-snappy", "h11")
-
-
-def with_dependencies(names: tuple[str, ...]) -> list[importlib.metadata.Distribution]:
-    """The installed distributions ``names`` and what they require (no extras; a
-    requirement with an environment marker only if it is installed)."""
-    found: dict[str, importlib.metadata.Distribution] = {}
-    todo = [(name, False) for name in names]
-    while todo:
-        raw, conditional = todo.pop()
-        name = re.sub(r"[-_.]+", "-", raw).lower()
-        if name in found:
-            continue
-        try:
-            dist = found[name] = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            if conditional:
-                continue
-            raise
-        for requirement in dist.requires or ():
-            if "extra ==" not in requirement:
-                match = re.match(r"[A-Za-z0-9._-]+", requirement)
-                assert match, requirement
-                todo.append((match.group(), ";" in requirement))
-    return list(found.values())
-
 
 JOB = textwrap.dedent(
     """
@@ -117,32 +84,7 @@ JOB = textwrap.dedent(
 def python_without_airflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv's python whose site-packages has the executor packages and no Airflow."""
     venv = tmp_path_factory.mktemp("venv-without-airflow")
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    target = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout.strip()
-    )
-    source = Path(sysconfig.get_paths()["purelib"])
-    for dist in with_dependencies(EXECUTOR_DISTRIBUTIONS):
-        # Each distribution's top-level entries in site-packages, and its .dist-info.
-        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
-        for top in tops:
-            if (source / top).exists() and not (target / top).exists():
-                (target / top).symlink_to(source / top)
-    package = Path(airflow_provider_nsq.__file__).resolve().parent
-    (target / package.name).symlink_to(package)
-    check = subprocess.run(
-        [str(python), "-c", "import airflow"], capture_output=True, text=True, timeout=60
-    )
-    assert check.returncode != 0 and "No module named 'airflow'" in check.stderr
-    return python
+    return python_with(venv, EXECUTOR_DISTRIBUTIONS, with_package=True, check_missing="airflow")
 
 
 def test_publishing_and_reading_run_where_airflow_is_not_installed(
