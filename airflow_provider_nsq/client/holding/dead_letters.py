@@ -120,6 +120,23 @@ class _Publishers(Generic[P]):
     def _body(envelope: Mapping[str, Any]) -> bytes:
         return encode_body(dict(envelope), "dead-letter envelope")
 
+    @staticmethod
+    def letter(
+        message: NSQMessage,
+        topic: str,
+        channel: str,
+        reason: Reason,
+        *,
+        error: BaseException | None = None,
+        error_text: str | None = None,
+        by: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The envelope of ``message`` (:func:`dead_letter_envelope`), for
+        ``publish``."""
+        return dead_letter_envelope(
+            message, topic, channel, reason, error=error, error_text=error_text, by=by
+        )
+
 
 class DeadLetterPublisher(_Publishers[NSQProducer]):
     """Publishes envelopes to ``topic``, blocking (see the module's docstring).

@@ -45,7 +45,6 @@ from .dead_letters import (
     AsyncDeadLetterPublisher,
     DeadLetterPublisher,
     Reason,
-    dead_letter_envelope,
 )
 
 log = logging.getLogger(__name__)
@@ -84,18 +83,6 @@ class _Holding:
         self.touched += touched.touched
         self._next_touch = time.monotonic() + touched.next_in
         return touched.next_in
-
-    def _envelope(
-        self,
-        message: NSQMessage,
-        reason: Reason,
-        error: BaseException | None,
-        error_text: str | None,
-        by: Mapping[str, Any] | None,
-    ) -> dict[str, Any]:
-        return dead_letter_envelope(
-            message, self.topic, self.channel, reason, error=error, error_text=error_text, by=by
-        )
 
     def _no_dead_letters(self) -> NSQError:
         return NSQStateError(f"{self!r} has no dead-letter topic to give messages up to")
@@ -260,7 +247,17 @@ class MessageHolder(_Holding):
         if self._publisher is None:
             return self._no_dead_letters()
         try:
-            self._publisher.publish(self._envelope(message, reason, error, error_text, by))
+            self._publisher.publish(
+                self._publisher.letter(
+                    message,
+                    self.topic,
+                    self.channel,
+                    reason,
+                    error=error,
+                    error_text=error_text,
+                    by=by,
+                )
+            )
         except NSQError as exc:
             return exc
         answer_or_log(message, "FIN", message.finish)
@@ -375,7 +372,17 @@ class AsyncMessageHolder(_Holding):
         if self._publisher is None:
             return self._no_dead_letters()
         try:
-            await self._publisher.publish(self._envelope(message, reason, error, error_text, by))
+            await self._publisher.publish(
+                self._publisher.letter(
+                    message,
+                    self.topic,
+                    self.channel,
+                    reason,
+                    error=error,
+                    error_text=error_text,
+                    by=by,
+                )
+            )
         except NSQError as exc:
             return exc
         answer_or_log(message, "FIN", message.finish)
