@@ -88,5 +88,8 @@ def test_without_common_messaging_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, base, None)  # as if the package were not installed
     monkeypatch.delitem(sys.modules, "airflow_provider_nsq.queues.nsq")
     # Airflow's ProvidersManager skips a queue class raising this, with the message logged.
-    with pytest.raises(AirflowOptionalProviderFeatureException, match=r"nsq\[messaging\]"):
+    with pytest.raises(
+        AirflowOptionalProviderFeatureException,
+        match=r"apache-airflow-providers-common-messaging, the provider's \[messaging\] extra",
+    ):
         importlib.import_module("airflow_provider_nsq.queues.nsq")
