@@ -296,7 +296,9 @@ def _prune_uv_cache(session: nox.Session) -> None:
 )
 def spark(session: nox.Session, pyspark: str) -> None:
     """tests/spark on one PySpark, without Airflow."""
-    session.install("--no-deps", ".")
+    # The wheel `make dist` built, not the tree: no build in the checkout, which may run
+    # beside the main suite (`make test`).
+    session.install("--no-deps", str(_wheel(session)))
     try:
         session.install(*spark_runtime(pyspark), "pytest", "pytest-timeout")
     finally:
