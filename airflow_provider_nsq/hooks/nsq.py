@@ -18,6 +18,8 @@ is the one every operator, sensor and trigger of the provider uses:
 
 from __future__ import annotations
 
+from typing import Any
+
 from .admin import NSQAdminHook
 from .base import NSQConnectionConfigError, settings_from_connection
 from .consumer import NSQConsumerHook
@@ -55,3 +57,19 @@ class NSQHook(NSQProducerHook, NSQConsumerHook, NSQAdminHook):
         nsqd redelivers them at once.
         """
         super().close()
+
+    # Airflow < 3.2 reads the connection form only from the registered class's own
+    # ``__dict__`` (ProvidersManager checks ``"get_ui_field_behaviour" in
+    # hook_class.__dict__``), so the role hook's methods are named here again.
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The extras' form fields for Airflow < 3.2 (see
+        :meth:`NSQBaseHook.get_connection_form_widgets
+        <airflow_provider_nsq.hooks.base.NSQBaseHook.get_connection_form_widgets>`)."""
+        return super().get_connection_form_widgets()
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Hidden, relabelled and placeholder fields for Airflow < 3.2."""
+        return super().get_ui_field_behaviour()

@@ -6,6 +6,8 @@ plain ``object``.
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     from airflow.triggers.shared_stream import (
         AdvanceItem,
@@ -18,5 +20,12 @@ try:
 except ImportError:  # pragma: no cover - Airflow 3.0-3.2
     ACK_MODE = False
     SharedStreamProducer = object  # type: ignore[assignment,misc]
+    # The names other modules import exist on every Airflow; before 3.3 nothing calls
+    # them (shared_stream_key() is None there, so the triggerer never filters a stream).
+    AdvanceItem = Any  # type: ignore[assignment,misc]
+
+    def reject_shared_stream_event() -> None:
+        """No shared stream before Airflow 3.3: nothing to reject."""
+
 
 __all__ = ["ACK_MODE", "AdvanceItem", "SharedStreamProducer", "reject_shared_stream_event"]

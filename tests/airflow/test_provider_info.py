@@ -158,3 +158,14 @@ def test_legacy_hook_form_matches_the_provider_info(providers_manager):
     # Airflow 3.2+ takes the form from provider info and never calls the hook's methods,
     # so defining them (for older Airflow) costs no deprecation warning there.
     assert providers_manager.field_behaviours["nsq"]["relabeling"] == legacy["relabeling"]
+
+
+def test_the_registered_hook_class_declares_its_form_itself():
+    # Airflow < 3.2 builds the form only from methods in the registered class's own
+    # __dict__: inherited from a role hook, the UI would show the generic form.
+    from airflow_provider_nsq.hooks.nsq import NSQHook
+
+    assert "get_connection_form_widgets" in NSQHook.__dict__
+    behaviour = NSQHook.get_ui_field_behaviour()
+    assert set(behaviour["hidden_fields"]) == {"login", "schema"}
+    assert behaviour["relabeling"]["password"] == "AUTH secret"
