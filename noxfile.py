@@ -228,6 +228,12 @@ def airflow(session: nox.Session, minor: str) -> None:
             "no:cacheprovider",
             "-rs",  # each skip with its reason (the version a feature needs)
             "--durations=5",
+            # Several test files at once, as `make test` runs the main suite: they mostly
+            # wait on sockets, daemons and Airflow (8 min on one worker, see Makefile).
+            "-n",
+            os.environ.get("PYTEST_WORKERS", "3"),
+            "--dist",
+            "loadfile",
             *session.posargs,
             env={
                 "NSQ_PROVIDER_WHEEL": str(wheel),

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..client import AckMode
-from ..client.consumer import NSQConsumer
 from ..client.message import NSQMessage
 from ..client.settings.values import Delay, Duration, delay_to_ms, duration_to_seconds
 from .base import NSQBaseHook
+
+if TYPE_CHECKING:
+    from ..client import AckMode
+    from ..client.consumer import NSQConsumer
+
+
+def _consumer_class() -> type[NSQConsumer]:
+    # Imported on first use: the consumer is a third of the client, and a DAG file or a
+    # task that only publishes imports the hook without it.
+    from ..client.consumer import NSQConsumer
+
+    return NSQConsumer
 
 
 class NSQConsumerHook(NSQBaseHook):
@@ -36,7 +46,7 @@ class NSQConsumerHook(NSQBaseHook):
     def consumer(self, topic: str, channel: str) -> NSQConsumer:
         """A blocking consumer of ``topic``/``channel`` over every nsqd of the connection
         (through nsqlookupd when it names any). The caller closes it."""
-        return NSQConsumer(topic, channel, **self.consumer_options())
+        return _consumer_class()(topic, channel, **self.consumer_options())
 
     def close(self) -> None:
         """Close every consume window's connection (then what the base closes).
@@ -120,7 +130,7 @@ class NSQConsumerHook(NSQBaseHook):
     def finish(self, *messages: NSQMessage) -> None:
         """``message.finish()`` for each message (from ``ack="manual"`` windows), one
         write per nsqd."""
-        NSQConsumer.finish(*_messages_of("finish", messages))
+        _consumer_class().finish(*_messages_of("finish", messages))
 
     def requeue(
         self, *messages: NSQMessage, delay_ms: Delay = 0, delay: Delay | None = None
@@ -137,14 +147,14 @@ class NSQConsumerHook(NSQBaseHook):
                 stacklevel=2,
             )
             delay_ms = delay
-        NSQConsumer.requeue(
+        _consumer_class().requeue(
             *_messages_of("requeue", messages), delay_ms=delay_to_ms(delay_ms, "requeue delay")
         )
 
     def touch(self, *messages: NSQMessage) -> None:
         """``message.touch()`` for each message (from ``ack="manual"`` windows: restarts
         its msg_timeout), one write per nsqd."""
-        NSQConsumer.touch(*_messages_of("touch", messages))
+        _consumer_class().touch(*_messages_of("touch", messages))
 
 
 def _messages_of(verb: str, given: tuple[Any, ...]) -> Sequence[NSQMessage]:
