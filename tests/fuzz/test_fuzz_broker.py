@@ -120,10 +120,11 @@ STREAMS = st.tuples(
 
 
 class LoopErrors(logging.Handler):
-    """Collects what the broker's event loop logs as unhandled."""
+    """Collects what the broker's event loop logs: unhandled errors, and the warnings of
+    writes to a connection already gone (``socket.send() raised exception.``)."""
 
     def __init__(self) -> None:
-        super().__init__(logging.ERROR)
+        super().__init__(logging.WARNING)
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
