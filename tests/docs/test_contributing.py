@@ -15,6 +15,7 @@ over the whole package in the copy, from the checkout's cache when it has one).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -190,7 +191,8 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Clone:
     path = tmp / "airflow-provider-nsq"
     for name in _checkout_files():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, path / name, follow_symlinks=False)
+        with contextlib.suppress(FileNotFoundError):  # a file another test just removed
+            shutil.copy2(ROOT / name, path / name, follow_symlinks=False)
     if (ROOT / ".mypy_cache").is_dir():  # mypy checks the copy's files against it
         shutil.copytree(ROOT / ".mypy_cache", path / ".mypy_cache", symlinks=True)
     env = _git_env(tmp)
