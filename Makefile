@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed-stamp
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
 
-.PHONY: install check test lint typecheck pytest docs matrix-ci compat dist demo bench bench-check clean
+.PHONY: install hooks check test lint typecheck pytest docs matrix-ci compat dist demo bench bench-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,13 +17,21 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/lint-imports --no-cache
+# The git hook that runs the checks below on the files of each commit, and refuses the
+# commit when one fails. Only when asked: `make install` leaves .git/hooks alone.
+# `$(VENV)/bin/pre-commit uninstall` removes it.
+hooks: $(STAMP)
+	$(VENV)/bin/pre-commit install
 
+# The project's checks, listed once in .pre-commit-config.yaml (the git hook runs the
+# same list): ruff lint and format, mypy, the import contracts, the YAML and TOML files,
+# the GitHub workflows (actionlint) and issue forms. Local tools from .venv, no download.
+lint: $(STAMP)
+	$(VENV)/bin/pre-commit run --all-files
+
+# mypy alone, as `make lint` runs it.
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy
+	$(VENV)/bin/pre-commit run mypy --all-files
 
 # The suite on PYTEST_WORKERS processes (pytest-xdist), a test file each at a time: its
 # tests mostly wait on sockets, daemons and Airflow, so on 2 cores three workers take
@@ -34,9 +42,9 @@ pytest: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pytest --durations=25 \
 		-n $(PYTEST_WORKERS) --dist loadfile
 
-# The everyday path: the checks, the docs site and the whole suite on the pinned (newest)
-# Airflow; no version matrix, no release build.
-check: lint typecheck docs pytest
+# The everyday path: the checks (mypy among them), the docs site and the whole suite on
+# the pinned (newest) Airflow; no version matrix, no release build.
+check: lint docs pytest
 
 # CI (.ci/run): `make check`, then the matrix sessions tagged "ci" (noxfile.py): the wheel
 # from `make dist` beside the oldest supported Airflow (the Airflow-layer tests), and the
@@ -49,18 +57,24 @@ docs: $(STAMP)
 	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The sdist and the wheel, checked as PyPI would (twine) and for their license files.
+# RELEASE_TAG (the release workflow sets it to the pushed tag, v0.2.0) must name the
+# package's version.
+RELEASE_TAG ?=
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 	$(VENV)/bin/twine check --strict dist/*
-	$(PY) scripts/check_dist.py dist
+	$(PY) scripts/check_dist.py dist $(if $(RELEASE_TAG),--tag "$(RELEASE_TAG)")
 
 matrix-ci: dist
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox --tags ci
 
 # Every supported Airflow and PySpark version (docs/compatibility.md); CI runs a part.
+# NOX_ARGS picks sessions: CI's jobs for the newer Pythons run
+# `make compat NOX_ARGS="--python 3.12"` (the newest Airflow and PySpark, the library).
+NOX_ARGS ?=
 compat: dist
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/nox $(NOX_ARGS)
 
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) scripts/demo.py

@@ -2,10 +2,11 @@
 
 Both must carry LICENSE and NOTICE, be of this checkout's version, and the wheel must hold
 the package, its ``py.typed`` and the entry points Airflow (``apache_airflow_provider``)
-and pytest (``pytest11``) look for. Prints one line per artifact; exit status 1 with the
-reason when something is missing.
+and pytest (``pytest11``) look for. With ``--tag`` (the release workflow's pushed tag),
+the tag must name that version: ``v0.2.0`` for 0.2.0. Prints one line per artifact;
+exit status 1 with the reason when something is missing.
 
-    python scripts/check_dist.py dist
+    python scripts/check_dist.py dist [--tag v0.2.0]
 """
 
 from __future__ import annotations
@@ -57,10 +58,18 @@ def check_sdist(path: Path) -> list[str]:
     return [f"no {name}" for name in needed if f"{top}/{name}" not in names]
 
 
-def main() -> int:
+def check_tag(tag: str, version: str = __version__) -> list[str]:
+    """What is wrong with publishing ``version`` from the git tag ``tag`` (``v`` + version)."""
+    if tag == f"v{version}":
+        return []
+    return [f"the tag {tag!r} does not name the package's version {version} (tag it v{version})"]
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dist", type=Path, help="the folder `python -m build` wrote to")
-    args = parser.parse_args()
+    parser.add_argument("--tag", help="the git tag being released: it must be v<version>")
+    args = parser.parse_args(argv)
     artifacts = {
         args.dist / f"{NAME}-{__version__}-py3-none-any.whl": check_wheel,
         args.dist / f"{NAME}-{__version__}.tar.gz": check_sdist,
@@ -70,6 +79,10 @@ def main() -> int:
         problems = check(path) if path.is_file() else ["missing"]
         failed |= bool(problems)
         print(f"{path}: {'; '.join(problems) if problems else 'ok (LICENSE, NOTICE)'}")
+    if args.tag is not None:
+        problems = check_tag(args.tag)
+        failed |= bool(problems)
+        print(f"tag {args.tag}: {'; '.join(problems) if problems else 'ok'}")
     return 1 if failed else 0
 
 
