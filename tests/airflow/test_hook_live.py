@@ -116,9 +116,7 @@ def test_the_test_button_finds_the_hook_by_connection_type(nsqd, monkeypatch):
     assert f"at {nsqd.host}:{nsqd.tcp_port}; tls=off" in message
 
 
-def test_the_verbs_take_what_the_consumers_take_and_the_old_forms_warn(
-    nsqd, nsq_default, nsq_topic
-):
+def test_the_verbs_take_what_the_consumers_take(nsqd, nsq_default, nsq_topic):
     with NSQHook() as hook:
         hook.multi_publish(nsq_topic, ["a", "b", "c", "d"])
         held = hook.consume(nsq_topic, "c", max_messages=4, timeout=3, ack="manual")
@@ -127,10 +125,8 @@ def test_the_verbs_take_what_the_consumers_take_and_the_old_forms_warn(
         hook.touch(by_body[b"a"], by_body[b"b"])
         hook.finish(by_body[b"a"])
         hook.requeue(by_body[b"b"], delay_ms=datetime.timedelta(0))
-        with pytest.warns(DeprecationWarning, match=r"NSQHook\.finish\(\*messages\)"):
-            hook.finish([by_body[b"c"]])
-        with pytest.warns(DeprecationWarning, match="use delay_ms="):
-            hook.requeue(by_body[b"d"], delay=0)
+        hook.finish(by_body[b"c"])
+        hook.requeue(by_body[b"d"], delay_ms=0)
     again = read(nsqd, nsq_topic, "c", count=2)
     assert sorted((m.body, m.attempts) for m in again) == [(b"b", 2), (b"d", 2)]
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "c"))
