@@ -778,7 +778,8 @@ class NSQEventTrigger(BaseEventTrigger):
 
         The subscription lives in a generator the event loop closes (CLS, REQ what was
         taken and not answered) however the caller lets go: cancelled, ``aclose()``, or
-        dropped unfinished (:class:`_LoopGenerator`).
+        dropped unfinished (the generator is made on the first ``await``, inside the
+        loop).
         """
         return _LoopGenerator(self._settled_events)
 

@@ -31,7 +31,7 @@ def test_publish_calls_share_one_connection(nsqd, nsq_default, nsq_topic):
         assert dpub == {"topic": nsq_topic, "messages": 1, "bytes": 5, "delay_ms": 1500}
         assert hook.get_conn().connects == 1
         assert hook.get_server_info()["version"]
-    assert hook._publisher is None  # closed
+    assert hook._producer is not None and hook._producer.address is None  # closed
 
     bodies = [m.body for m in read(nsqd, nsq_topic, "c", count=5, timeout=3.0)]
     assert bodies == [b"plain", b'{"k":[1,2]}', b"\x00\x01", b"two", b'["three"]']
@@ -43,7 +43,7 @@ def test_delay_above_the_connections_limit_is_refused_before_sending(nsqd, monke
     monkeypatch.setenv("AIRFLOW_CONN_NSQ_SMALL", uri)
     with NSQHook("nsq_small") as hook, pytest.raises(NSQValueError, match="2000 ms"):
         hook.defer_publish("events", "m", 2000)
-    assert hook._publisher is None  # nothing was opened
+    assert hook._producer is None  # nothing was opened
 
 
 def test_consume_windows_fin_req_and_manual(nsqd, nsq_default, nsq_topic):

@@ -37,9 +37,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from airflow_provider_nsq.sensors.tcp_backoff import tcp_pause
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
+from airflow_provider_nsq.sensors.nsq import tcp_pause
 
 from .real_airflow import RealAirflow, utc_timestamp, wait_until
 from .statsd_listener import StatsDListener
