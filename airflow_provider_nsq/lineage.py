@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 from .assets import asset_uri, openlineage_dataset
 from .client.http.lookupd_api import parse_lookupd_address
 
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
+
 if TYPE_CHECKING:
     from .hooks.base import NSQBaseHook
 

@@ -30,6 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
+
 log = logging.getLogger(__name__)
 
 PREFIX = "nsq"

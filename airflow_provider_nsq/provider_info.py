@@ -22,6 +22,10 @@ from .client.settings.address import DEFAULT_NSQD_TCP_PORT
 from .client.settings.connection_settings import ConnectionSettings
 from .client.settings.fields import Setting, SettingSource
 
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
+
 PACKAGE_NAME = "airflow-provider-nsq"
 INTEGRATION = "NSQ"
 HOOK_CLASS_NAME = "airflow_provider_nsq.hooks.nsq.NSQHook"

@@ -14,6 +14,10 @@ from typing import Any
 from .protocol.errors import NSQValueError
 from .protocol.value_checks import is_int
 
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
+
 
 def is_templated(value: object) -> bool:
     """True for a string Airflow will render (``{{ ... }}``): check it after rendering."""

@@ -33,6 +33,8 @@ from ..protocol.errors import (
 )
 from ..provider_info import CONN_FIELDS, CONN_TYPE, CONNECTION_EXTRAS, UI_FIELD_BEHAVIOUR
 
+__all__ = ["NSQBaseHook", "NSQConnectionConfigError"]
+
 if TYPE_CHECKING:
     from typing import Self
 
