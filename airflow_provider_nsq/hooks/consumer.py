@@ -1,5 +1,6 @@
 """``NSQConsumerHook``: consume windows through an ``nsq`` Connection, and the answers
-(FIN, REQ, TOUCH) to what they hand out. The sensor uses it."""
+(FIN, REQ, TOUCH) to what they hand out. The sensor's windows and the event trigger
+use it."""
 
 from __future__ import annotations
 

@@ -10,10 +10,12 @@ Without the HTTP API (or when it cannot be reached) it peeks over TCP: it subscr
 ends: a little under the connection's msg_timeout, or the deadline), then hands them all
 back at once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough.
 The peek asks nsqd for a short msg_timeout of its own and TOUCHes what it holds
-(:meth:`~airflow_provider_nsq.hooks.base.NSQBaseHook.held_consumer_options`): a triggerer that dies mid-peek leaves
-the messages in flight for seconds, not a minute. Each peek
-costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
-growing pause.
+(:meth:`~airflow_provider_nsq.hooks.base.NSQBaseHook.held_consumer_options`): a
+triggerer that dies mid-peek leaves the messages in flight for seconds, not a minute.
+Each peek costs every held message one redelivery (``attempts + 1``); short peeks are
+followed by a growing pause. It reads through
+:class:`~airflow_provider_nsq.hooks.admin.NSQAdminHook`: nsqd's HTTP API, and the
+connection's consumer settings for the peek.
 
 Both checks cover every nsqd of the connection: with nsqlookupds, the HTTP depth is
 summed over the producers they list; the TCP peek is one
