@@ -20,25 +20,23 @@ DAG authors use :func:`nsq_asset` with the cluster's address written in the DAG 
 reads no connection, so the DAG parses where the connection is not defined (the
 triggerer and the workers read it when they run). Write the address the connection
 names (its first nsqlookupd, else its nsqd), so that the asset is the dataset the
-operators and the sensor report to OpenLineage. Reading the address from the connection
-at parse time (``nsq_asset("orders")``, ``nsq_conn_id=...``) still works and warns.
+operators and the sensor report to OpenLineage.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
 from airflow.providers.common.compat.sdk import Asset
 
-from .client.http.lookupd_api import parse_lookupd_address
-from .hooks.nsq import NSQHook
 from .protocol.errors import NSQValueError
 from .protocol.names import validate_topic_name
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.openlineage.facet import Dataset as OpenLineageDataset
+
+__all__ = ["convert_asset_to_openlineage", "create_asset", "nsq_asset", "sanitize_uri"]
 
 SCHEME = "nsq"
 _FORM = "nsq://host:port/topic"
@@ -101,22 +99,7 @@ def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> OpenLine
     return openlineage_dataset(asset.uri)
 
 
-def connection_authority(hook: NSQHook) -> str:
-    """The address an ``nsq`` connection names its cluster by: its first nsqlookupd, or
-    its nsqd (reads the connection)."""
-    lookupds = hook.lookupd_http_addresses
-    if lookupds:  # host:port, whatever form the extra used (http://host:port/...)
-        return parse_lookupd_address(lookupds[0]).address
-    return hook.get_client_config().address
-
-
-def nsq_asset(
-    topic: str,
-    *,
-    address: str | None = None,
-    nsq_conn_id: str | None = None,
-    **asset_kwargs: Any,
-) -> Asset:
+def nsq_asset(topic: str, *, address: str, **asset_kwargs: Any) -> Asset:
     """The asset of ``topic`` on the NSQ cluster at ``address``, for ``schedule=[...]``,
     ``outlets=[...]`` or a watcher (``nsq_asset("orders", address=..., watchers=[...])``).
 
@@ -124,51 +107,7 @@ def nsq_asset(
     :param address: the cluster's ``host:port``, as the connection names it: its first
         nsqlookupd's HTTP address when it has any, else its nsqd's TCP address. Nothing
         is read: the DAG file parses with no connection and no network.
-    :param nsq_conn_id: deprecated, instead of ``address``: read the address from this
-        connection when the DAG file is parsed (``nsq_default`` when neither is given);
-        the DAG then fails to import where the connection is not defined. Warns with the
-        ``address=`` to write.
     :param asset_kwargs: passed to ``Asset`` (``name``, ``group``, ``extra``,
         ``watchers``).
     """
-    if address is None:
-        address = address_read_at_parse(
-            nsq_conn_id or NSQHook.default_conn_name,
-            f"nsq_asset({topic!r})",
-            f"nsq_asset({topic!r}, address={{address!r}})",
-        )
-    elif nsq_conn_id is not None:
-        raise NSQValueError(
-            f"nsq_asset({topic!r}) takes address or nsq_conn_id, not both: "
-            f"got address={address!r}, nsq_conn_id={nsq_conn_id!r}"
-        )
     return Asset(uri=asset_uri(address, topic), **asset_kwargs)
-
-
-def address_read_at_parse(nsq_conn_id: str, what: str, instead: str) -> str:
-    """The cluster address of connection ``nsq_conn_id``, for ``what`` (a DAG-parse-time
-    call that reads it): the deprecated way, with a ``FutureWarning`` that quotes the
-    code to write instead (``instead``, a template with ``{address!r}``).
-
-    FutureWarning, not DeprecationWarning: Python and the DAG processor hide the latter
-    when a DAG file triggers it, and this one is for the DAG's author.
-    """
-    try:
-        address = connection_authority(NSQHook(nsq_conn_id=nsq_conn_id))
-    except Exception as exc:
-        exc.add_note(
-            f"{what} reads connection {nsq_conn_id!r} when the DAG file is parsed, for the "
-            f"NSQ cluster's address; write the address instead: "
-            f"{instead.format(address='host:port')}"
-        )
-        raise
-    address = urlsplit(asset_uri(address, "topic")).netloc  # as the URI spells it
-    warnings.warn(
-        f"{what} reads connection {nsq_conn_id!r} when the DAG file is parsed, so the DAG "
-        "does not import where the connection is not defined (Airflow's best practices: "
-        "top-level code reads no connection). This is deprecated: write the cluster's "
-        f"address instead, {instead.format(address=address)}",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return address

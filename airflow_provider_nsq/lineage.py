@@ -8,31 +8,46 @@ nsqd), name the topic. So the asset an event-driven DAG watches, declared as a t
 inlet, becomes the same input dataset.
 
 The OpenLineage provider calls ``get_openlineage_facets_on_complete`` on the operators
-only when it is installed; these functions import it then.
+only when it is installed (as the task ends: the connection is read then); these
+functions import it then.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .assets import asset_uri, connection_authority, openlineage_dataset
+from .assets import asset_uri, openlineage_dataset
+from .client.http.lookupd_api import parse_lookupd_address
+
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
 
 if TYPE_CHECKING:
-    from .hooks.nsq import NSQHook
+    from .hooks.base import NSQBaseHook
 
 
-def _dataset(hook: NSQHook, topic: str) -> Any:
+def connection_authority(hook: NSQBaseHook) -> str:
+    """The address an ``nsq`` connection names its cluster by: its first nsqlookupd, or
+    its nsqd (reads the connection)."""
+    lookupds = hook.lookupd_http_addresses
+    if lookupds:  # host:port, whatever form the extra used (http://host:port/...)
+        return parse_lookupd_address(lookupds[0]).address
+    return hook.get_client_config().address
+
+
+def _dataset(hook: NSQBaseHook, topic: str) -> Any:
     return openlineage_dataset(asset_uri(connection_authority(hook), topic))
 
 
-def publish_lineage(hook: NSQHook, topic: str) -> Any:
+def publish_lineage(hook: NSQBaseHook, topic: str) -> Any:
     """``OperatorLineage`` with ``topic`` as the output dataset."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     return OperatorLineage(outputs=[_dataset(hook, topic)])
 
 
-def sensor_lineage(hook: NSQHook, topic: str) -> Any:
+def sensor_lineage(hook: NSQBaseHook, topic: str) -> Any:
     """``OperatorLineage`` with ``topic`` as the input dataset."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 

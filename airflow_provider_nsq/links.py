@@ -25,9 +25,11 @@ from urllib.parse import quote
 
 from airflow.providers.common.compat.sdk import BaseOperatorLink
 
-from .client.settings.values import is_templated
-from .hooks.nsq import NSQHook
+from .hooks.admin import NSQAdminHook
+from .templated import is_templated
 from .triggers.nsq_event import NSQEventTrigger
+
+__all__ = ["NSQAdminChannelLink", "NSQAdminTopicLink", "link_to_nsqadmin"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ def nsqadmin_page(base_url: str, topic: str, channel: str | None = None) -> str:
 
 
 def _nsqadmin_url(nsq_conn_id: str) -> str | None:
-    return NSQHook(nsq_conn_id=nsq_conn_id).nsqadmin_url
+    return NSQAdminHook(nsq_conn_id=nsq_conn_id).nsqadmin_url
 
 
 def _link(nsq_conn_id: object, topic: object, channel: object = None) -> str:
@@ -77,7 +79,7 @@ def watched_channels(dag: Any) -> Iterator[tuple[str, str, str]]:
                 continue  # not a trigger instance, or not ours
             if classpath == _EVENT_TRIGGER:
                 yield (
-                    kwargs.get("nsq_conn_id") or NSQHook.default_conn_name,
+                    kwargs.get("nsq_conn_id") or NSQAdminHook.default_conn_name,
                     kwargs["topic"],
                     kwargs["channel"],
                 )

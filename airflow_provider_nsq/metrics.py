@@ -30,6 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
+
 log = logging.getLogger(__name__)
 
 PREFIX = "nsq"
@@ -285,21 +289,35 @@ def tag_value(value: Any) -> str:
     return _UNSAFE_IN_TAGS.sub("_", str(value))
 
 
+def _clean_tags(tags: Mapping[str, Any]) -> dict[str, str]:
+    """The tags with a value, each as :func:`tag_value` writes it."""
+    return {k: tag_value(v) for k, v in tags.items() if v is not None and v != ""}
+
+
 class Emitter:
-    """Sends the provider's metrics from one place (a task, or the triggerer)."""
+    """Sends the provider's metrics from one place (a task, or the triggerer), with the
+    tags it was made with on each (:meth:`tagged`) besides those of the call.
 
-    def __init__(self, where: Where) -> None:
+    :param where: where the code runs: ``"task"`` or ``"triggerer"``.
+    :param tags: tags every metric it sends carries.
+    """
+
+    def __init__(self, where: Where, **tags: Any) -> None:
         self.where = where
+        self.tags = _clean_tags(tags)
 
-    def _stats(self) -> Any:
-        return _task_stats() if self.where == "task" else _triggerer_stats()
+    def tagged(self, **tags: Any) -> Emitter:
+        """An emitter for the same place whose metrics all carry ``tags`` too (their
+        values cleaned once, here)."""
+        return Emitter(self.where, **self.tags, **tags)
 
     def _send(self, method: str, name: str, value: Any, tags: Mapping[str, Any]) -> None:
         if name not in METRICS:  # a programming error, not a runtime condition
             raise KeyError(f"{name} is not in metrics.METRICS (and docs/metrics.md)")
         try:
-            clean = {k: tag_value(v) for k, v in tags.items() if v is not None and v != ""}
-            getattr(self._stats(), method)(name, value, tags=clean)
+            stats = _task_stats() if self.where == "task" else _triggerer_stats()
+            clean = {**self.tags, **_clean_tags(tags)} if tags else self.tags
+            getattr(stats, method)(name, value, tags=clean)
         except Exception as exc:  # metrics must never fail a task or a trigger
             log.debug("Could not send metric %s (%s)", name, exc)
 
@@ -330,3 +348,9 @@ def task_tags(context: Mapping[str, Any] | None, **tags: Any) -> dict[str, Any]:
         "task_id": getattr(ti, "task_id", None),
         **tags,
     }
+
+
+def task_emitter(context: Mapping[str, Any] | None, **tags: Any) -> Emitter:
+    """The emitter of a task: its metrics carry its ``dag_id`` and ``task_id`` (from
+    ``context``) and ``tags``."""
+    return Emitter("task", **task_tags(context, **tags))

@@ -1,25 +1,87 @@
-"""Provider metadata: what Airflow's ProvidersManager and the connection form read.
+"""Provider metadata: what Airflow's ProvidersManager reads, the connection form of the
+connection type ``nsq`` included.
 
 Airflow >= 3.2 builds the connection form from ``conn-fields`` and ``ui-field-behaviour``
-here, without importing the hook. Both come from ``hooks/connection_form.py``, generated
-from the described settings through the same source of extras the hook's parser reads,
-so the form and the parser cannot drift apart.
+here, without importing the hook. The settings themselves (kinds, bounds, docs) are
+described once in the client
+(:class:`~airflow_provider_nsq.client.settings.connection_settings.ConnectionSettings`);
+which of them a connection takes as extras is said here, in :data:`CONNECTION_EXTRAS`.
+The hook's parser reads extras through it and the form (:data:`CONN_FIELDS`,
+:data:`UI_FIELD_BEHAVIOUR`) is generated from it, so the form and the parser cannot
+drift apart.
 
 No Airflow here, and of the client only the settings' descriptions (their modules
-import no driver).
+import no driver): Airflow imports this module when it starts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .hooks.connection_form import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from .client.settings.address import DEFAULT_NSQD_TCP_PORT
+from .client.settings.connection_settings import ConnectionSettings
+from .client.settings.fields import Setting, SettingSource
+
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
 
 PACKAGE_NAME = "airflow-provider-nsq"
 INTEGRATION = "NSQ"
 HOOK_CLASS_NAME = "airflow_provider_nsq.hooks.nsq.NSQHook"
+CONN_TYPE = "nsq"
 
-__all__ = ["CONN_FIELDS", "CONN_TYPE", "UI_FIELD_BEHAVIOUR", "provider_info"]
+#: An Airflow connection's extras: every connection setting users may write, but the
+#: AUTH secret, which is the connection's password field (an extra of that name is
+#: unknown, so a secret pasted there is never echoed back).
+CONNECTION_EXTRAS = SettingSource(leaves_out=frozenset({"auth_secret"}))
+
+
+def extra_settings() -> dict[str, Setting]:
+    """The settings a connection takes as extras, by name, in their described order."""
+    return CONNECTION_EXTRAS.takes(ConnectionSettings.described())
+
+
+def _conn_field(described: Setting) -> dict[str, Any]:
+    """A setting as a ``conn-fields`` entry: label, description and JSON schema."""
+    schema: dict[str, Any] = {"type": [described.json_type, "null"]}
+    if described.kind == "seconds":
+        schema["minimum"] = 0  # and > 0: the parser says so
+    elif described.minimum is not None:
+        schema["minimum"] = described.minimum
+    if described.maximum is not None:
+        schema["maximum"] = described.maximum
+    if described.choices:
+        schema["enum"] = list(described.choices)
+    if described.pattern is not None:
+        schema["pattern"] = described.pattern
+    if described.kind == "boolean" or described.choices:
+        schema["default"] = described.default  # a blank is no answer to a yes/no question
+    return {"label": described.label, "description": described.doc, "schema": schema}
+
+
+#: Connection extras: name -> conn-fields entry, one per setting a connection takes as an
+#: extra (:func:`extra_settings`), in that order. ``schema.type[0]`` is the value's JSON
+#: type; the URI form's text is read as the same.
+CONN_FIELDS: dict[str, dict[str, Any]] = {
+    name: _conn_field(described) for name, described in extra_settings().items()
+}
+
+#: Hidden, relabelled and placeholder fields of the connection form.
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["login", "schema"],
+    "relabeling": {"host": "nsqd host", "port": "nsqd TCP port", "password": "AUTH secret"},
+    "placeholders": {
+        "host": "nsqd.example.com",
+        "port": str(DEFAULT_NSQD_TCP_PORT),
+        "password": "secret for nsqd --auth-http-address (leave empty without AUTH)",
+        **{
+            name: described.placeholder
+            for name, described in extra_settings().items()
+            if described.placeholder is not None
+        },
+    },
+}
 
 
 def _modules(*names: str) -> list[dict[str, Any]]:

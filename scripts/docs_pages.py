@@ -32,8 +32,14 @@ SKIPPED = {"__main__"}
 #: The reference's landing page (written), whose links order the reference's navigation.
 LANDING = ROOT / "docs" / "reference" / "index.md"
 #: Pages whose class is built from the provider's other classes, and whose reference
-#: lists what it gets from them (NSQHook: its role hooks' methods).
-INHERITED_MEMBERS = {"airflow_provider_nsq.hooks.nsq"}
+#: lists what it gets from them (NSQHook: its role hooks' methods; each role hook: the
+#: base hook's).
+INHERITED_MEMBERS = {
+    "airflow_provider_nsq.hooks.nsq",
+    "airflow_provider_nsq.hooks.producer",
+    "airflow_provider_nsq.hooks.consumer",
+    "airflow_provider_nsq.hooks.admin",
+}
 _EXAMPLE_LINK = re.compile(r"\]\(\.\./example_dags/([\w/]+)\.py\)")
 _README_PART = re.compile(r"^<!-- README\.md: (?P<part>[^>]+?) -->$", re.MULTILINE)
 _MODULE_LINK = re.compile(r"\]\((?P<doc>[\w/.]+\.md)\)")
@@ -91,22 +97,23 @@ def module_pages() -> dict[str, tuple[str, Path]]:
     return pages
 
 
+def declared_names(path: Path) -> list[str] | None:
+    """The names ``path`` lists in ``__all__`` (a literal list), or None without one."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, ast.Assign | ast.AnnAssign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in targets
+        ):
+            return list(ast.literal_eval(node.value)) if node.value is not None else []
+    return None
+
+
 def declares_api(path: Path) -> bool:
     """Whether ``path`` is a package's ``__init__.py`` naming its API in ``__all__`` (the
     client, the Spark package, the embedded daemons): its page lists every name there
     and all their members, documented or not (a constant, an options field, a method
     made by a decorator), so that the whole API it declares is on the page."""
-    if path.name != "__init__.py":
-        return False
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    return any(
-        isinstance(node, ast.Assign | ast.AnnAssign)
-        and any(
-            isinstance(target, ast.Name) and target.id == "__all__"
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        )
-        for node in tree.body
-    )
+    return path.name == "__init__.py" and declared_names(path) is not None
 
 
 def landing_sections(pages: dict[str, tuple[str, Path]]) -> list[tuple[str, list[str]]]:
@@ -188,6 +195,10 @@ def main() -> None:
         options = []
         if module in public and declares_api(path):
             options.append("      show_if_no_docstring: true\n")
+        elif module in public and (names := declared_names(path)) is not None:
+            # A public module shows its public names only: those of its __all__ (the
+            # rest is internal, see the reference's landing page).
+            options.append(f"      members: {names!r}\n")
         if module in INHERITED_MEMBERS:
             options.append("      inherited_members: true\n")
         if options:

@@ -7,6 +7,8 @@ from ..client.http.channel_depth import ChannelDepthReader
 from ..client.http.nsqd_api import ChannelDepth, NSQDHTTPClient
 from .base import NSQBaseHook
 
+__all__ = ["NSQAdminHook"]
+
 
 class NSQAdminHook(NSQBaseHook):
     """nsqd's HTTP API (the admin side of NSQ, as Kafka's admin client hook is Kafka's)

@@ -4,14 +4,14 @@ provider's hooks (:class:`~airflow_provider_nsq.hooks.nsq.NSQHook` and its roles
 The only place that reads an Airflow Connection. It turns the Connection into the
 client's settings (:func:`settings_from_connection`: a
 :class:`~airflow_provider_nsq.client.settings.connection_settings.ConnectionSettings`,
-read by the settings model as every other source of settings is; for the task-side hook
-and the triggers alike), describes the connection form for Airflow < 3.2, and answers
-the form's Test button (:meth:`NSQBaseHook.test_connection`).
+read by the settings model as every other source of settings is; for the task-side hooks
+and the triggers alike), describes the connection form for Airflow < 3.2 (from the
+provider info's, :mod:`airflow_provider_nsq.provider_info`), and answers the form's Test
+button (:meth:`NSQBaseHook.test_connection`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,9 @@ from ..protocol.errors import (
     NSQSettingError,
     NSQValueError,
 )
-from .connection_form import CONN_FIELDS, CONN_TYPE, CONNECTION_EXTRAS, UI_FIELD_BEHAVIOUR
+from ..provider_info import CONN_FIELDS, CONN_TYPE, CONNECTION_EXTRAS, UI_FIELD_BEHAVIOUR
+
+__all__ = ["NSQBaseHook", "NSQConnectionConfigError"]
 
 if TYPE_CHECKING:
     from typing import Self
@@ -65,8 +67,8 @@ def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> Con
     """What an ``nsq`` Connection says: host, port, password (the AUTH secret) and the
     extras, read by the settings model (:class:`ConnectionSettings`) as every other
     source of settings is, the extras through
-    :data:`~.connection_form.CONNECTION_EXTRAS` (the source the form is built from). Extras prefixed ``extra__nsq__`` (older forms) are read
-    too; blank ones mean "not set". Errors name the field, never show the secret, and
+    :data:`~airflow_provider_nsq.provider_info.CONNECTION_EXTRAS` (the source the form is
+    built from). Extras prefixed ``extra__nsq__`` (older forms) are read too; blank ones mean "not set". Errors name the field, never show the secret, and
     for an unknown extra never show its value (a secret pasted into the wrong field).
 
     :param conn: the Airflow Connection (host, port, password, extra).
@@ -108,7 +110,6 @@ class NSQBaseHook(BaseHook):
         super().__init__(**kwargs)
         self.nsq_conn_id = nsq_conn_id
         self._settings: ConnectionSettings | None = None
-        self._pid = os.getpid()  # the process the hook's connections belong to
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} nsq_conn_id={self.nsq_conn_id!r}>"
@@ -161,23 +162,8 @@ class NSQBaseHook(BaseHook):
         self.close()
 
     def close(self) -> None:
-        """Close what the hook opened (each role closes its own, then calls this)."""
-
-    # -- a process forked after the hook opened connections ------------------------------
-
-    def _in_own_process(self) -> None:
-        """Call before using a kept connection: in a process forked after this hook
-        opened connections (a Celery worker's task process, a multiprocessing child),
-        forget them unused, so this process opens its own. Their sockets are the
-        parent's too: a PUB on them would take the parent's replies, a CLS would end the
-        parent's subscription. Dropped, this process's copies close; the parent's stay."""
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._forget_connections()
-
-    def _forget_connections(self) -> None:
-        """Forget, without a write, the connections a parent process opened (each role
-        forgets its own, then calls this)."""
+        """Close what the hook opened (nothing here: the roles that open connections
+        close them)."""
 
     # -- configuration -------------------------------------------------------------
 

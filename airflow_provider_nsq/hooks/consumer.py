@@ -1,15 +1,17 @@
 """``NSQConsumerHook``: consume windows through an ``nsq`` Connection, and the answers
-(FIN, REQ, TOUCH) to what they hand out."""
+(FIN, REQ, TOUCH) to what they hand out. The sensor's windows and the event trigger
+use it."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Sequence
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..client.message import NSQMessage
 from ..client.settings.values import Delay, Duration, delay_to_ms, duration_to_seconds
 from .base import NSQBaseHook
+
+__all__ = ["NSQConsumerHook"]
 
 if TYPE_CHECKING:
     from ..client import AckMode
@@ -32,6 +34,10 @@ class NSQConsumerHook(NSQBaseHook):
     next window on the same channel. :meth:`close` closes them all, REQ'ing what
     ``ack="manual"`` windows left unanswered.
 
+    A process forked after the hook opened windows opens connections of its own: it
+    never reads from or closes the parent's (a CLS there would end the parent's
+    subscription).
+
     :param nsq_conn_id: the Airflow Connection id (type ``nsq``).
     """
 
@@ -42,6 +48,7 @@ class NSQConsumerHook(NSQBaseHook):
         # Subscriptions a full window kept (RDY 0), by (topic, channel): the next window on
         # the same channel reads on them instead of connecting and subscribing again.
         self._subscriptions: dict[tuple[str, str], NSQConsumer] = {}
+        self._consumers_pid = os.getpid()  # the process those consumers' connections are of
 
     def consumer(self, topic: str, channel: str) -> NSQConsumer:
         """A blocking consumer of ``topic``/``channel`` over every nsqd of the connection
@@ -49,21 +56,24 @@ class NSQConsumerHook(NSQBaseHook):
         return _consumer_class()(topic, channel, **self.consumer_options())
 
     def close(self) -> None:
-        """Close every consume window's connection (then what the base closes).
+        """Close every consume window's connection.
 
         Messages from ``ack="manual"`` windows that were not answered are REQ'd first, so
         nsqd redelivers them at once.
         """
-        self._in_own_process()
+        self._own_consumers()
         consumers = [*self._manual_consumers, *self._subscriptions.values()]
         self._manual_consumers, self._subscriptions = [], {}
         for consumer in consumers:
             consumer.close()
-        super().close()
 
-    def _forget_connections(self) -> None:
-        self._manual_consumers, self._subscriptions = [], {}
-        super()._forget_connections()
+    def _own_consumers(self) -> None:
+        """In a process forked after this hook opened windows, forget the parent's
+        consumers unused: their sockets are the parent's too. Dropped, this process's
+        copies close; the parent's stay."""
+        if self._consumers_pid != os.getpid():
+            self._consumers_pid = os.getpid()
+            self._manual_consumers, self._subscriptions = [], {}
 
     def consume(
         self,
@@ -100,7 +110,7 @@ class NSQConsumerHook(NSQBaseHook):
         """
         seconds = duration_to_seconds(timeout, "timeout")
         delay_ms = delay_to_ms(requeue_delay, "requeue_delay")
-        self._in_own_process()
+        self._own_consumers()
         consumer = self._subscriptions.pop((topic, channel), None) or self.consumer(topic, channel)
         try:
             messages = consumer.consume(
@@ -130,42 +140,15 @@ class NSQConsumerHook(NSQBaseHook):
     def finish(self, *messages: NSQMessage) -> None:
         """``message.finish()`` for each message (from ``ack="manual"`` windows), one
         write per nsqd."""
-        _consumer_class().finish(*_messages_of("finish", messages))
+        _consumer_class().finish(*messages)
 
-    def requeue(
-        self, *messages: NSQMessage, delay_ms: Delay = 0, delay: Delay | None = None
-    ) -> None:
+    def requeue(self, *messages: NSQMessage, delay_ms: Delay = 0) -> None:
         """``message.requeue(delay_ms)`` for each message (from ``ack="manual"``
         windows; redelivered after ``delay_ms``, milliseconds or a timedelta, with
-        attempts + 1), one write per nsqd. ``delay`` is the deprecated name of
-        ``delay_ms``."""
-        if delay is not None:
-            warnings.warn(
-                "NSQHook.requeue(..., delay=...) is deprecated: use delay_ms= (milliseconds "
-                "or a timedelta), as NSQConsumer.requeue takes it",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            delay_ms = delay
-        _consumer_class().requeue(
-            *_messages_of("requeue", messages), delay_ms=delay_to_ms(delay_ms, "requeue delay")
-        )
+        attempts + 1), one write per nsqd."""
+        _consumer_class().requeue(*messages, delay_ms=delay_to_ms(delay_ms, "requeue delay"))
 
     def touch(self, *messages: NSQMessage) -> None:
         """``message.touch()`` for each message (from ``ack="manual"`` windows: restarts
         its msg_timeout), one write per nsqd."""
-        _consumer_class().touch(*_messages_of("touch", messages))
-
-
-def _messages_of(verb: str, given: tuple[Any, ...]) -> Sequence[NSQMessage]:
-    """The messages a verb was given: ``hook.finish(*messages)``, or (deprecated) one
-    list of them, ``hook.finish(messages)``."""
-    if len(given) == 1 and isinstance(given[0], (list, tuple)):
-        warnings.warn(
-            f"NSQHook.{verb}(messages) with a list is deprecated: pass the messages "
-            f"themselves, NSQHook.{verb}(*messages), as NSQConsumer.{verb} takes them",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return list(given[0])
-    return given
+        _consumer_class().touch(*messages)

@@ -1,13 +1,12 @@
 """Operators that publish to NSQ: PUB, DPUB and MPUB.
 
-Each one validates its literal arguments when the DAG is parsed (no network then,
-unless ``asset_outlet=True``, which reads the connection for the asset's address:
-deprecated, give the address, ``asset_outlet="host:port"``),
-builds an :class:`~airflow_provider_nsq.hooks.nsq.NSQHook` in ``execute``, makes one call
-and returns the hook's small result dict, which goes to XCom. Each counts what it
-published in the ``nsq.publish.*`` metrics (docs/metrics.md), links to the topic's page
-in nsqadmin (with the connection's ``nsqadmin_url``), and names the topic as its
-OpenLineage output.
+Each one checks its literal arguments when the DAG is parsed (no network, no connection
+read) and its templated ones once rendered, builds an
+:class:`~airflow_provider_nsq.hooks.producer.NSQProducerHook` (the Connection is read
+once per task), makes one call in ``execute`` and returns the hook's small result dict,
+which goes to XCom. Each counts what it published in the ``nsq.publish.*`` metrics
+(docs/metrics.md), links to the topic's page in nsqadmin (with the connection's
+``nsqadmin_url``), and names the topic as its OpenLineage output.
 """
 
 from __future__ import annotations
@@ -18,49 +17,30 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
-from ..assets import address_read_at_parse, nsq_asset
-from ..client import encode_body
-from ..client.settings.values import Delay, delay_to_ms, is_templated
-from ..hooks.nsq import NSQHook
+from ..assets import nsq_asset
+from ..client.bodies import encode_body
+from ..client.settings.values import Delay, delay_to_ms
+from ..hooks.producer import NSQProducerHook
 from ..lineage import publish_lineage
 from ..links import NSQAdminTopicLink
-from ..metrics import PublishKind, emitter, task_tags
+from ..metrics import PublishKind, task_emitter
 from ..protocol.errors import NSQValueError
 from ..protocol.names import validate_topic_name
+from ..templated import is_templated, rendered_delay
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
-
-def check_topic(topic: object) -> None:
-    """Validate a literal topic now; a templated one is validated after rendering."""
-    if not is_templated(topic):
-        validate_topic_name(topic)
+__all__ = ["NSQDeferredPublishOperator", "NSQMultiPublishOperator", "NSQPublishOperator"]
 
 
-def check_message(message: object, what: str = "message") -> None:
-    """Validate a literal message body now (type, JSON-serialisable, not empty)."""
+def _check_message(message: object, what: str = "message") -> None:
+    """Check a literal message body now (type, JSON-serialisable, not empty)."""
     if is_templated(message):
         return
     body = encode_body(message, what)  # its errors name ``what`` once
     if not body:
         raise NSQValueError(f"{what} is empty: nsqd refuses zero-length bodies")
-
-
-def check_delay(delay: object) -> None:
-    """Validate a literal delay now (type and sign; the upper bound needs the connection)."""
-    if not is_templated(delay):
-        delay_to_ms(delay)
-
-
-def coerce_delay(delay: Any) -> Delay:
-    """A rendered delay: int ms and timedelta pass; a rendered string of digits is ms."""
-    if isinstance(delay, str) and delay.strip().isdigit():
-        return int(delay.strip())
-    return delay
-
-
-_METRICS = emitter("task")
 
 
 class _NSQPublishBase(BaseOperator):
@@ -73,37 +53,49 @@ class _NSQPublishBase(BaseOperator):
         self,
         *,
         topic: str,
-        nsq_conn_id: str = NSQHook.default_conn_name,
-        asset_outlet: bool | str = False,
+        nsq_conn_id: str = NSQProducerHook.default_conn_name,
+        asset_outlet: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_topic(topic)
+        # The topic is checked once: here when literal, in execute once rendered; the
+        # protocol's encoder checks it again as it writes the command.
+        self._topic_rendered_unchecked = is_templated(topic)
+        if not self._topic_rendered_unchecked:
+            validate_topic_name(topic)
         self.topic = topic
         self.nsq_conn_id = nsq_conn_id
-        if asset_outlet:
-            self.outlets = [*self.outlets, _topic_asset(topic, nsq_conn_id, asset_outlet)]
+        if asset_outlet is not None:
+            self.outlets = [*self.outlets, _topic_asset(topic, asset_outlet)]
 
     @cached_property
-    def hook(self) -> NSQHook:
-        return NSQHook(nsq_conn_id=self.nsq_conn_id)
+    def hook(self) -> NSQProducerHook:
+        return NSQProducerHook(nsq_conn_id=self.nsq_conn_id)
 
     def on_kill(self) -> None:
         self.hook.close()
 
-    def _publish(self, context: Context, call: Callable[[NSQHook], dict[str, Any]]) -> dict:
-        """Make the hook call and count it (nsq.publish.<kind>.*)."""
-        tags = task_tags(context, topic=self.topic)
+    def _publish(
+        self, context: Context, publish: Callable[..., dict[str, Any]], *args: Any
+    ) -> dict[str, Any]:
+        """``publish(topic, *args)`` (a method of :attr:`hook`) with the rendered topic,
+        checked if it was a template; counted in the nsq.publish.<kind>.* metrics. The
+        hook's connection is closed after it (the hook keeps the settings it read)."""
+        kind = self.publish_kind
         try:
-            with self.hook as hook:
-                result = call(hook)
+            if self._topic_rendered_unchecked:
+                validate_topic_name(self.topic)
+            result = publish(self.topic, *args)
         except Exception as exc:
-            _METRICS.incr(
-                f"nsq.publish.{self.publish_kind}.errors", error=type(exc).__name__, **tags
+            task_emitter(context, topic=self.topic).incr(
+                f"nsq.publish.{kind}.errors", error=type(exc).__name__
             )
             raise
-        _METRICS.incr(f"nsq.publish.{self.publish_kind}.messages", result["messages"], **tags)
-        _METRICS.incr(f"nsq.publish.{self.publish_kind}.bytes", result["bytes"], **tags)
+        finally:
+            self.hook.close()
+        metrics = task_emitter(context, topic=self.topic)
+        metrics.incr(f"nsq.publish.{kind}.messages", result["messages"])
+        metrics.incr(f"nsq.publish.{kind}.bytes", result["bytes"])
         return result
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -112,22 +104,22 @@ class _NSQPublishBase(BaseOperator):
         return publish_lineage(self.hook, self.topic)
 
 
-def _topic_asset(topic: str, nsq_conn_id: str, asset_outlet: bool | str) -> Any:
-    """The outlet of ``asset_outlet``: fixed when the DAG is parsed."""
-    if isinstance(asset_outlet, str):
-        if is_templated(topic):
-            raise NSQValueError(
-                f"asset_outlet={asset_outlet!r} needs a literal topic: the asset is fixed "
-                f"when the DAG is parsed, got topic={topic!r}"
-            )
-        return nsq_asset(topic, address=asset_outlet)
-    if is_templated(topic) or is_templated(nsq_conn_id):
+def _topic_asset(topic: str, asset_outlet: object) -> Any:
+    """The outlet of ``asset_outlet``: fixed when the DAG is parsed, from the address the
+    DAG file writes (a DAG file's top-level code reads no connection)."""
+    if not isinstance(asset_outlet, str):
         raise NSQValueError(
-            "asset_outlet=True needs a literal topic and nsq_conn_id: the asset is fixed "
-            f"when the DAG is parsed, got topic={topic!r}, nsq_conn_id={nsq_conn_id!r}"
+            f"asset_outlet takes the NSQ cluster's address as the connection names it, "
+            f'asset_outlet="host:port" (its first nsqlookupd, else its nsqd), got '
+            f"{asset_outlet!r}: the address is written in the DAG file, never read from "
+            "the connection when the DAG is parsed"
         )
-    address = address_read_at_parse(nsq_conn_id, "asset_outlet=True", "asset_outlet={address!r}")
-    return nsq_asset(topic, address=address)
+    if is_templated(topic):
+        raise NSQValueError(
+            f"asset_outlet={asset_outlet!r} needs a literal topic: the asset is fixed "
+            f"when the DAG is parsed, got topic={topic!r}"
+        )
+    return nsq_asset(topic, address=asset_outlet)
 
 
 class NSQPublishOperator(_NSQPublishBase):
@@ -140,8 +132,7 @@ class NSQPublishOperator(_NSQPublishBase):
     :param asset_outlet: declare the topic's asset (``nsq://host:port/topic``, see
         :func:`~airflow_provider_nsq.assets.nsq_asset`) as an outlet, so DAGs scheduled
         on it run after this task: ``"host:port"``, the cluster's address as the
-        connection names it. ``True`` reads it from the connection when the DAG is parsed
-        (deprecated: warns with the address to write).
+        connection names it (its first nsqlookupd, else its nsqd).
     Returns ``{"topic": ..., "messages": 1, "bytes": ...}`` (pushed to XCom).
     """
 
@@ -153,16 +144,16 @@ class NSQPublishOperator(_NSQPublishBase):
         *,
         topic: str,
         message: str | bytes | dict | list,
-        nsq_conn_id: str = NSQHook.default_conn_name,
-        asset_outlet: bool | str = False,
+        nsq_conn_id: str = NSQProducerHook.default_conn_name,
+        asset_outlet: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
-        check_message(message)
+        _check_message(message)
         self.message = message
 
     def execute(self, context: Context) -> dict[str, Any]:
-        result = self._publish(context, lambda hook: hook.publish(self.topic, self.message))
+        result = self._publish(context, self.hook.publish, self.message)
         self.log.info("PUB %s: %s bytes", self.topic, result["bytes"])
         return result
 
@@ -190,21 +181,20 @@ class NSQDeferredPublishOperator(_NSQPublishBase):
         topic: str,
         message: str | bytes | dict | list,
         delay: Delay | str,
-        nsq_conn_id: str = NSQHook.default_conn_name,
-        asset_outlet: bool | str = False,
+        nsq_conn_id: str = NSQProducerHook.default_conn_name,
+        asset_outlet: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
-        check_message(message)
-        check_delay(delay)
+        _check_message(message)
+        if not is_templated(delay):
+            delay_to_ms(delay)  # type and sign; the upper bound needs the connection
         self.message = message
         self.delay = delay
 
     def execute(self, context: Context) -> dict[str, Any]:
-        result = self._publish(
-            context,
-            lambda hook: hook.defer_publish(self.topic, self.message, coerce_delay(self.delay)),
-        )
+        delay = rendered_delay(self.delay)
+        result = self._publish(context, self.hook.defer_publish, self.message, delay)
         self.log.info(
             "DPUB %s: %s bytes, delay %s ms", self.topic, result["bytes"], result["delay_ms"]
         )
@@ -233,8 +223,8 @@ class NSQMultiPublishOperator(_NSQPublishBase):
         *,
         topic: str,
         messages: Any,
-        nsq_conn_id: str = NSQHook.default_conn_name,
-        asset_outlet: bool | str = False,
+        nsq_conn_id: str = NSQProducerHook.default_conn_name,
+        asset_outlet: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(topic=topic, nsq_conn_id=nsq_conn_id, asset_outlet=asset_outlet, **kwargs)
@@ -242,7 +232,7 @@ class NSQMultiPublishOperator(_NSQPublishBase):
             if not messages:
                 raise NSQValueError("messages is empty: MPUB needs at least one message")
             for i, message in enumerate(messages):
-                check_message(message, what=f"messages[{i}]")
+                _check_message(message, what=f"messages[{i}]")
         elif isinstance(messages, (bytes, dict)) or (
             isinstance(messages, str) and not is_templated(messages)
         ):
@@ -258,7 +248,7 @@ class NSQMultiPublishOperator(_NSQPublishBase):
             raise NSQValueError(
                 f"messages rendered to a {type(messages).__name__}, expected a list of messages"
             )
-        result = self._publish(context, lambda hook: hook.multi_publish(self.topic, list(messages)))
+        result = self._publish(context, self.hook.multi_publish, list(messages))
         self.log.info(
             "MPUB %s: %s messages, %s bytes", self.topic, result["messages"], result["bytes"]
         )

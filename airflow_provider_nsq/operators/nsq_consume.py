@@ -23,7 +23,7 @@ from ..client.consumer import NSQConsumer
 from ..client.holding.apply import ApplySettings, ConsumeApply, Counted, Timed
 from ..client.holding.dead_letters import DeadLetterPublisher
 from ..client.records import import_callable
-from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds, is_templated
+from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
@@ -32,7 +32,7 @@ from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
 from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..protocol.value_checks import check_bool, check_int
-from ..renamed_arguments import renamed_argument
+from ..templated import is_templated
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -153,7 +153,6 @@ class NSQConsumeOperator(BaseOperator):
         JSON-serialisable; a result that is not makes the task fail, its message REQ'd)
         instead of the summary.
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
-    :param window: the deprecated name of ``idle_timeout`` (a warning names it).
     """
 
     template_fields: Sequence[str] = (
@@ -187,16 +186,9 @@ class NSQConsumeOperator(BaseOperator):
         dead_letter_topic: str | None = None,
         return_apply_function_results: bool = False,
         nsq_conn_id: str = NSQHook.default_conn_name,
-        window: datetime.timedelta | float | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        idle_timeout = renamed_argument(
-            "NSQConsumeOperator",
-            ("idle_timeout", idle_timeout, _DEFAULT_IDLE_TIMEOUT_S),
-            ("window", window),
-            "how long the task waits with nothing to do before it ends",
-        )
         if (apply_function is None) == (apply_function_batch is None):
             raise NSQValueError(
                 "give exactly one of apply_function and apply_function_batch, got "

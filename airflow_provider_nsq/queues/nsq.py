@@ -37,6 +37,8 @@ except ImportError as exc:  # Airflow lists the provider's queues without failin
         f"the provider's [messaging] extra ({exc})"
     ) from exc
 
+__all__ = ["NSQMessageQueueProvider"]
+
 SCHEME = "nsq"
 
 

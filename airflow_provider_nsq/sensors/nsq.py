@@ -1,80 +1,615 @@
 """``NSQSensor``: wait until a subscribe window on a channel yields enough messages, then
 hand them to downstream tasks through XCom.
 
-The operator takes and checks its arguments, and picks the mode; the rest lives in rooms
-of its own under ``sensors/``:
+What is here, in the order a poke runs it:
 
-- :mod:`~.window`: the check (the channel's depth from nsqd's HTTP API) and one consume
-  window, which keeps what it accepted in flight;
-- :mod:`~.delivery`: the ack discipline: XCom pushed by the task itself, then FIN (REQ
-  if the push fails), so nothing is lost;
-- :mod:`~.poke_mode` (with :mod:`~.tcp_backoff`): poke and reschedule modes without
-  the HTTP API, when the next window may open;
-- :mod:`~.deferrable_mode`: the wait in the triggerer, its deadline and its events;
-- :mod:`~.window_settings`, :mod:`~.xcom_budget`: the window's sizes, the XCom cap.
+- the check: the channel's depth from nsqd's HTTP API (nothing is taken), through
+  :class:`~airflow_provider_nsq.hooks.admin.NSQAdminHook`;
+- the window (:class:`_ChannelWindow`): ``SUB``, ``RDY max_messages``, collect for
+  ``window_timeout``, ``CLS``, through
+  :class:`~airflow_provider_nsq.hooks.consumer.NSQConsumerHook`; it keeps what the filter
+  accepted and what fits in XCom (``max_xcom_bytes``) in flight, and hands the rest back;
+- the delivery (:class:`_HeldMessages`): the task TOUCHes the messages, pushes their
+  records to XCom itself, and only then FINs them; if the push fails they are REQ'd, so
+  nsqd redelivers them (attempts + 1); a process killed outright leaves them to nsqd's
+  msg_timeout, which redelivers them too;
+- when the next window may open without the HTTP API (:class:`_PokeSchedule`, poke and
+  reschedule modes: a short window redelivers what it saw, so windows back off);
+- the deferrable mode (:class:`_Deferral`): the wait in the triggerer
+  (:class:`~airflow_provider_nsq.triggers.nsq.NSQMessageTrigger`), one deadline across
+  deferrals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.exceptions import AirflowRescheduleException
-from airflow.providers.common.compat.sdk import AirflowException, BaseSensorOperator, conf
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowSensorTimeout,
+    BaseSensorOperator,
+    conf,
+)
 
-from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
-from ..client.settings.values import Delay, delay_to_ms, is_templated
-from ..hooks.nsq import NSQHook
+from ..client.backoff import Backoff, nsqd_unreachable
+from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
+from ..client.message import NSQMessage
+from ..client.records import MessageFilter, import_callable, message_record
+from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
+from ..hooks.admin import NSQAdminHook
+from ..hooks.consumer import NSQConsumerHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
-from ..metrics import task_tags
-from ..protocol.errors import NSQValueError
-from ..protocol.names import validate_channel_name, validate_topic_name
-from ..renamed_arguments import renamed_argument
-from .deferrable_mode import DeferrableMode, check_deferrable_channel
-from .delivery import XCOM_RETURN_KEY, HeldMessages
-from .poke_mode import PokeMode
-from .tcp_backoff import TCP_WINDOW_MAX_BACKOFF_S
-from .window import ChannelWindow, Rejected, WindowRules
-from .window_settings import (
-    MAX_WINDOW_MESSAGES,
-    WindowTimeout,
-    check_literal_window_settings,
-    check_window_settings,
-    stored_window_timeout,
-)
-from .xcom_budget import DEFAULT_MAX_XCOM_BYTES, check_max_xcom_bytes
+from ..metrics import Emitter, task_emitter
+from ..protocol.constants import DEFAULT_MAX_RDY_COUNT
+from ..protocol.errors import NSQError, NSQValueError
+from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
+from ..protocol.value_checks import check_int
+from ..templated import is_templated, rendered_count
+from ..triggers.nsq import NSQMessageTrigger, deadline_epoch, deadline_iso
 
 if TYPE_CHECKING:
+    import logging
+
     from airflow.providers.common.compat.sdk import Context
 
-_DEFAULT_WINDOW_TIMEOUT_S = 5.0
+__all__ = ["NSQSensor"]
 
-# Re-exported for DAGs that import them from here (the docs use client.records).
-__all__ = [
-    "DEFAULT_MAX_XCOM_BYTES",
-    "MAX_WINDOW_MESSAGES",
-    "TCP_WINDOW_MAX_BACKOFF_S",
-    "XCOM_RETURN_KEY",
-    "MessageFilter",
-    "NSQSensor",
-    "decode_record_body",
-    "import_callable",
-    "message_record",
-]
+Rejected = Literal["finish", "requeue"]
+WindowTimeout = datetime.timedelta | float | str
+
+XCOM_RETURN_KEY = "return_value"
+#: nsqd's default --max-rdy-count: a window holds all its messages in flight at once.
+MAX_WINDOW_MESSAGES = DEFAULT_MAX_RDY_COUNT
+_DEFAULT_WINDOW_TIMEOUT_S = 5.0
+#: The longest pause between two windows without the HTTP API (unless poke_interval is
+#: longer).
+TCP_WINDOW_MAX_BACKOFF_S = 300.0
+_WINDOW_INSTEAD = "opening a window instead (a short window redelivers the messages it sees)"
+
+# -- the window's sizes ------------------------------------------------------------------
+# Checked the same way when the DAG is parsed (literal values) and when the task runs
+# (values rendered from templates, which arrive as strings such as "10" or "2.5").
+
+
+def _window_sizes(
+    min_messages: object, max_messages: object, window_timeout: object
+) -> tuple[int, int, float]:
+    """``(min_messages, max_messages, window_timeout seconds)``, each checked and against
+    each other; the error names the bad value."""
+    low = rendered_count("min_messages", min_messages)
+    high = rendered_count("max_messages", max_messages)
+    if high > MAX_WINDOW_MESSAGES:
+        raise NSQValueError(
+            f"max_messages={high} exceeds nsqd's max RDY count of "
+            f"{MAX_WINDOW_MESSAGES}: a window holds all its messages in flight"
+        )
+    if low > high:
+        raise NSQValueError(f"min_messages={low} is more than max_messages={high}")
+    return low, high, duration_to_seconds(window_timeout, "window_timeout")
+
+
+def _check_literal_window_sizes(
+    min_messages: object, max_messages: object, window_timeout: object
+) -> None:
+    """At DAG parse: check what is not a template now (each value, and the pair when both
+    are literal); templated values are checked once rendered."""
+    if not any(map(is_templated, (min_messages, max_messages, window_timeout))):
+        _window_sizes(min_messages, max_messages, window_timeout)
+        return
+    for name, value in (("min_messages", min_messages), ("max_messages", max_messages)):
+        if not is_templated(value):
+            rendered_count(name, value)
+    if not is_templated(window_timeout):
+        duration_to_seconds(window_timeout, "window_timeout")
+    if not is_templated(max_messages):
+        _window_sizes(1, max_messages, 1.0)
+
+
+# -- how much of one window fits in XCom -------------------------------------------------
+# Airflow keeps an XCom value in the ``xcom.value`` column as JSON (SQLAlchemy ``JSON``,
+# ``JSONB`` on PostgreSQL; the ``XComModel`` of Airflow 3.0 to 3.3). What one value may
+# weigh is set by the database, not by Airflow:
+# - MySQL 8: a ``JSON`` document is limited by the server's ``max_allowed_packet``,
+#   64 MiB by default (https://dev.mysql.com/doc/refman/8.4/en/json.html and
+#   https://dev.mysql.com/doc/refman/8.4/en/packet-too-large.html);
+# - PostgreSQL: a ``jsonb`` value holds at most 255 MiB of string data ("jsonb strings
+#   cannot exceed 268435455 bytes"), any field at most 1 GB;
+# - SQLite: a ``TEXT`` value is at most ``SQLITE_MAX_LENGTH``, 1,000,000,000 bytes by
+#   default (https://sqlite.org/limits.html).
+# The size counted is that of the JSON text the column receives: Airflow's serde leaves
+# a list of plain dicts as it is, and the column type encodes it with ``json.dumps``'s
+# defaults (``ensure_ascii``, ``", "`` and ``": "`` separators), as here.
+
+#: The smallest cap: one small record must fit.
+MIN_MAX_XCOM_BYTES = 256
+#: A sixteenth of MySQL's default max_allowed_packet (64 MiB), the smallest limit of the
+#: metadata databases Airflow supports: downstream tasks load the whole value into
+#: memory and the UI renders it, so a window's XCom stays small even where the database
+#: would take more. A batch of big messages belongs in object storage, its keys in XCom.
+DEFAULT_MAX_XCOM_BYTES = 4 * 1024 * 1024
+
+
+def record_bytes(record: dict[str, Any]) -> int:
+    """One record's size in the stored JSON list (without its separator)."""
+    return len(json.dumps(record).encode())
+
+
+def list_bytes(sizes: Iterable[int]) -> int:
+    """The stored size of a JSON list whose items have these sizes: ``[`` and ``]``,
+    and ``", "`` between items."""
+    sizes = list(sizes)
+    return 2 + sum(sizes) + 2 * max(len(sizes) - 1, 0)
+
+
+def records_that_fit(sizes: Sequence[int], max_bytes: int) -> int:
+    """How many leading records (in delivery order) fit in one XCom value of at most
+    ``max_bytes``; 0 when even the first does not."""
+    total = 2  # the brackets
+    for count, size in enumerate(sizes):
+        total += size + (2 if count else 0)
+        if total > max_bytes:
+            return count
+    return len(sizes)
+
+
+# -- the window, and what it holds -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _WindowRules:
+    """What one window takes, keeps and hands back: the sensor's arguments, rendered and
+    checked."""
+
+    topic: str
+    channel: str
+    min_messages: int
+    max_messages: int
+    window_timeout: float  # seconds
+    max_xcom_bytes: int
+    message_filter: MessageFilter | str | None
+    rejected: Rejected
+    rejected_requeue_delay_ms: int
+
+
+@dataclass
+class _HeldMessages:
+    """The messages one window accepted, kept in flight (unanswered) until
+    :meth:`deliver`; ``hook`` (whose window took them) answers them."""
+
+    hook: NSQConsumerHook
+    rules: _WindowRules
+    messages: list[NSQMessage]
+    records: list[dict[str, Any]]
+    metrics: Emitter
+
+    def deliver(self, ti: Any, log: logging.Logger | Any) -> None:
+        """TOUCH the messages, push their records to ``ti``'s XCom (``return_value``),
+        then FIN them; REQ them if the push fails (and re-raise its error)."""
+        batch, records, hook = self.messages, self.records, self.hook
+        where = f"{self.rules.topic}/{self.rules.channel}"
+        try:
+            hook.touch(*batch)  # a full msg_timeout for the push, counted from now
+            ti.xcom_push(key=XCOM_RETURN_KEY, value=records)
+        except BaseException:
+            log.warning(
+                "Could not record %s message(s) from %s in XCom; requeueing them",
+                *(len(batch), where),
+            )
+            self.metrics.incr("nsq.sensor.window.requeued", len(batch))
+            try:
+                hook.requeue(*batch)
+            except Exception as exc:  # keep the push's error; nsqd's msg_timeout still applies
+                log.warning("REQ failed too (%s): nsqd redelivers after msg_timeout", exc)
+            raise
+        self.metrics.incr("nsq.sensor.window.delivered", len(batch))
+        self.metrics.gauge(
+            "nsq.sensor.window.xcom_bytes", list_bytes(record_bytes(r) for r in records)
+        )
+        try:
+            hook.finish(*batch)
+        except Exception as exc:
+            # The XCom is recorded, so the task succeeds; nsqd redelivers the messages
+            # when their msg_timeout expires: a later run sees them again (duplicates).
+            log.warning(
+                "Pushed %s message(s) to XCom but could not FIN them (%s); nsqd will "
+                "redeliver them after msg_timeout",
+                *(len(batch), exc),
+            )
+            return
+        log.info("Pushed %s message(s) from %s to XCom and finished them", len(batch), where)
+
+
+class _ChannelWindow:
+    """One check of a sensor's channel, and the window it opens.
+
+    A window that yields fewer than ``min_messages`` accepted messages hands them back at
+    once (``REQ``, no delay, ``attempts + 1``). What the filter rejected is FINished or
+    REQ'd as ``rejected`` says. Over ``max_xcom_bytes`` the window keeps what fits, in
+    delivery order, and hands the rest back before anything is FINished.
+    """
+
+    def __init__(self, sensor: NSQSensor, rules: _WindowRules, metrics: Emitter) -> None:
+        self.hook = sensor.hook
+        self.admin = sensor.admin_hook
+        self.log = sensor.log
+        self.rules = rules
+        self.metrics = metrics
+
+    def depth(self) -> ChannelDepth | None:
+        """The channel's depth from nsqd's HTTP API; None when the connection has no HTTP
+        port, the channel is ephemeral (it exists only while a window is open), or the API
+        cannot be read (then the window is the check)."""
+        if is_ephemeral(self.rules.channel):
+            return None
+        try:
+            depth = self.admin.channel_depth(self.rules.topic, self.rules.channel)
+        except HTTP_UNREADABLE as exc:
+            self.log.warning("nsqd's HTTP API could not be read (%s); %s", exc, _WINDOW_INSTEAD)
+            return None
+        if depth is not None:
+            self.metrics.incr("nsq.sensor.checks.http")
+            self.metrics.gauge("nsq.sensor.depth", depth.ready)
+        return depth
+
+    def enough(self, depth: ChannelDepth) -> bool:
+        """Whether ``depth`` holds ``min_messages`` ready ones (logged when not)."""
+        rules = self.rules
+        if depth.ready >= rules.min_messages:
+            return True
+        self.log.info(
+            "%s of %s message(s) ready on %s/%s (nsqd's /stats at %s); no window opened",
+            *(depth.ready, rules.min_messages, rules.topic, rules.channel, depth.nsqd),
+        )
+        return False
+
+    def open(self) -> _HeldMessages | None:
+        """One consume window: the accepted messages that fit in XCom, held in flight;
+        None when fewer than ``min_messages`` were accepted (they went back)."""
+        hook, rules, metrics = self.hook, self.rules, self.metrics
+        messages = hook.consume(
+            rules.topic,
+            rules.channel,
+            max_messages=rules.max_messages,
+            timeout=rules.window_timeout,
+            ack="manual",
+        )
+        metrics.incr("nsq.sensor.window.taken", len(messages))
+        try:
+            accepted, rejected = self._split(messages)
+            if len(accepted) < rules.min_messages:
+                self._answer_rejected(rejected)
+                hook.requeue(*accepted)
+                metrics.incr("nsq.sensor.window.requeued", len(accepted))
+                self.log.info(
+                    "%s accepted message(s) on %s/%s, %s needed%s",
+                    *(len(accepted), rules.topic, rules.channel, rules.min_messages),
+                    "; requeued them" if accepted else "",
+                )
+                hook.close()
+                return None
+            # The XCom cap, before anything is FINished (also the rejected messages).
+            records = [message_record(m, rules.topic, rules.channel) for m in accepted]
+            keep = self._fit_xcom(accepted, records)
+            if keep < len(accepted):
+                hook.requeue(*accepted[keep:])
+                metrics.incr("nsq.sensor.window.requeued", len(accepted) - keep)
+            self._answer_rejected(rejected)
+        except BaseException:
+            hook.close()  # REQs every unanswered message
+            raise
+        return _HeldMessages(hook, rules, accepted[:keep], records[:keep], metrics)
+
+    def _fit_xcom(self, accepted: list[NSQMessage], records: list[dict[str, Any]]) -> int:
+        """How many of the accepted messages (in delivery order) go to XCom within
+        ``max_xcom_bytes``; raises when not even the first fits."""
+        rules = self.rules
+        sizes = [record_bytes(r) for r in records]
+        keep = records_that_fit(sizes, rules.max_xcom_bytes)
+        if keep == 0:
+            first = accepted[0]
+            raise NSQValueError(
+                f"message {first.id} on {rules.topic}/{rules.channel} is "
+                f"{list_bytes(sizes[:1])} bytes as an XCom value (its body is "
+                f"{len(first.body)} bytes), more than max_xcom_bytes={rules.max_xcom_bytes}: "
+                "raise max_xcom_bytes (the metadata database's limit permitting, see "
+                "docs/operations.md), or publish a reference (an object-storage key) "
+                "instead of the payload. Nothing was FINished: the window's "
+                f"{len(accepted)} message(s) go back to nsqd."
+            )
+        if keep < len(accepted):
+            self.log.warning(
+                "The window took %s message(s) (%s bytes as XCom), more than "
+                "max_xcom_bytes=%s: keeping the first %s (%s bytes), handing %s back to nsqd "
+                "(REQ, no delay) for a later run%s",
+                *(len(accepted), list_bytes(sizes), rules.max_xcom_bytes, keep),
+                *(list_bytes(sizes[:keep]), len(accepted) - keep),
+                f"; that is fewer than min_messages={rules.min_messages}"
+                if keep < rules.min_messages
+                else "",
+            )
+        return keep
+
+    def _answer_rejected(self, rejected: list[NSQMessage]) -> None:
+        """FIN or REQ what the filter rejected, as ``rejected`` says."""
+        if not rejected:
+            return
+        if self.rules.rejected == "finish":
+            self.hook.finish(*rejected)
+            self.metrics.incr("nsq.sensor.window.filtered", len(rejected))
+        else:
+            self.hook.requeue(*rejected, delay_ms=self.rules.rejected_requeue_delay_ms)
+            self.metrics.incr("nsq.sensor.window.requeued", len(rejected))
+        self.log.info(
+            "message_filter rejected %s message(s); %s them",
+            len(rejected),
+            "finished" if self.rules.rejected == "finish" else "requeued",
+        )
+
+    def _split(self, messages: list[NSQMessage]) -> tuple[list[NSQMessage], list[NSQMessage]]:
+        keep = self.rules.message_filter
+        if isinstance(keep, str):
+            keep = import_callable(keep)
+        if keep is None:
+            return messages, []
+        accepted: list[NSQMessage] = []
+        rejected: list[NSQMessage] = []
+        for message in messages:
+            record = message_record(message, self.rules.topic, self.rules.channel)
+            (accepted if keep(record) else rejected).append(message)
+        return accepted, rejected
+
+
+# -- when the next window may open without the HTTP API -----------------------------------
+# Without the HTTP API the window is the check, and a window that comes back short hands
+# back (REQ, attempts + 1) every message it saw. So after the n-th short window in a row
+# the next one waits max(poke_interval, window_timeout) x 2^(n+1), up to
+# TCP_WINDOW_MAX_BACKOFF_S. In poke mode one process runs every window, and the sensor
+# counts them itself. In reschedule mode each poke is a new process, and the count comes
+# from Airflow: the task instance's reschedule history (``task_reschedule_count`` in the
+# context: how many times this try was rescheduled, each after a poke that found too
+# little) and the start of the wait (``ti.get_first_reschedule_date``), both on Airflow
+# 3.0 to 3.3. The sensor then asks to be rescheduled no sooner than its next window, so
+# every reschedule wakes it for one.
+
+
+def _tcp_backoff(poke_interval: float, window_timeout: float) -> Backoff:
+    """The pauses after the 1st, 2nd ... short window in a row: ``max(poke_interval,
+    window_timeout) x 4, x 8 ...``, up to :data:`TCP_WINDOW_MAX_BACKOFF_S`."""
+    return Backoff(
+        max(poke_interval, window_timeout) * 4, max(TCP_WINDOW_MAX_BACKOFF_S, poke_interval)
+    )
+
+
+def tcp_pause(short_windows: int, poke_interval: float, window_timeout: float) -> float:
+    """Seconds to wait after ``short_windows`` short windows in a row (>= 1)."""
+    return _tcp_backoff(poke_interval, window_timeout).nth(short_windows)
+
+
+def next_reschedule(
+    *,
+    reschedules: int,
+    started: datetime.datetime,
+    now: datetime.datetime,
+    timeout: float,
+    poke_interval: float,
+    window_timeout: float,
+) -> datetime.datetime:
+    """When a rescheduled sensor whose window just came back short should wake up.
+
+    :param reschedules: how often this try was rescheduled before this poke; each of
+        those pokes opened a window (or read the HTTP API: then the count, and so the
+        pause, errs on the long side).
+    :param started: when this try's first poke started.
+    :param timeout: the sensor's timeout, seconds: it never sleeps past it (plus a
+        second, so that the poke then finds the timeout passed and opens no window).
+    """
+    pause = tcp_pause(reschedules + 1, poke_interval, window_timeout)
+    deadline = started + datetime.timedelta(seconds=timeout + 1)
+    return min(now + datetime.timedelta(seconds=pause), deadline)
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class _PokeSchedule:
+    """When a sensor whose window is the check (no HTTP API) may open its next window,
+    in poke and reschedule modes (see the comment above :func:`tcp_pause`)."""
+
+    def __init__(self, sensor: NSQSensor) -> None:
+        self.reschedule = sensor.reschedule
+        self.poke_interval = float(sensor.poke_interval)
+        self.timeout = float(sensor.timeout)
+        self.log = sensor.log
+        # Poke mode: when the next window may open, and the backoff while windows come
+        # back short in a row. Reschedule mode: when to wake up for the next window.
+        self._next_window = 0.0
+        self._backoff: Backoff | None = None
+        self._reschedule_at: datetime.datetime | None = None
+        self._poke_started: datetime.datetime | None = None
+
+    def poke_starts(self) -> None:
+        self._poke_started = _utcnow()
+
+    def window_due(self, context: Context) -> bool:
+        """Whether a window may open now."""
+        if self.reschedule:
+            # Every reschedule wakes the task for a window (after_window chose the date),
+            # except the last one, at the timeout.
+            started, now = self._wait_started(context), _utcnow()
+            return (now - started).total_seconds() < self.timeout
+        return time.monotonic() >= self._next_window
+
+    def after_window(self, ok: bool, context: Context, window_timeout: float) -> None:
+        """Count a window that was the check: ``ok`` when it held enough messages."""
+        if ok:
+            self._backoff, self._next_window, self._reschedule_at = None, 0.0, None
+            return
+        if self.reschedule:
+            # A new process per poke: the count of short windows so far is the number of
+            # times this try was rescheduled (each after one).
+            self._reschedule_at = next_reschedule(
+                reschedules=int(context.get("task_reschedule_count") or 0),
+                started=self._wait_started(context),
+                now=_utcnow(),
+                timeout=self.timeout,
+                poke_interval=self.poke_interval,
+                window_timeout=window_timeout,
+            )
+            self.log.info(
+                "No HTTP API to check the channel: rescheduled for the next window at %s",
+                self._reschedule_at.isoformat(),
+            )
+            return
+        if self._backoff is None:
+            self._backoff = _tcp_backoff(self.poke_interval, window_timeout)
+        pause = self._backoff.next()
+        self._next_window = time.monotonic() + pause
+        self.log.info(
+            "No HTTP API to check the channel: the next window opens in %gs at the earliest",
+            pause,
+        )
+
+    def reschedule_for_next_window(self, exc: AirflowRescheduleException) -> None:
+        """Wake up for the next window, not every ``poke_interval``: each short window
+        redelivered what it saw."""
+        if self._reschedule_at is not None and self._reschedule_at > exc.reschedule_date:
+            exc.reschedule_date = self._reschedule_at
+
+    def _wait_started(self, context: Context) -> datetime.datetime:
+        """When this try's first poke began: the first reschedule's start, or (not
+        rescheduled yet) this poke's."""
+        first = context["ti"].get_first_reschedule_date(context)
+        return first or self._poke_started or _utcnow()
+
+
+# -- the deferrable mode ----------------------------------------------------------------
+
+
+def _check_deferrable_channel(channel: str) -> None:
+    """Refuse an ``#ephemeral`` channel: it cannot keep messages while the task waits."""
+    if is_ephemeral(channel):
+        raise NSQValueError(
+            f"channel {channel!r} is ephemeral: nsqd deletes it when the last window "
+            "closes, so messages cannot wait for the task while it is deferred; use a "
+            "durable channel with deferrable=True"
+        )
+
+
+class _Deferral:
+    """What a deferrable sensor does between its windows: check once on the worker, then
+    wait in the triggerer until the channel holds enough messages, and open one window
+    when the task resumes; defer again when that window comes back short.
+
+    One deadline bounds the whole wait, across deferrals: set by the first try from the
+    sensor's ``timeout``, carried in the deferral's kwargs (and in the trigger's events,
+    where ``dag.test()`` drops those). An nsqd that cannot be reached counts as "not
+    yet": the trigger tries it again with backoff until the deadline, nsqd may be
+    restarting.
+    """
+
+    def __init__(self, sensor: NSQSensor) -> None:
+        self.sensor = sensor
+        self.timeout = float(sensor.timeout)
+
+    def first_deadline(self) -> float:
+        """The deadline of a wait that starts now (seconds since the epoch)."""
+        return time.time() + self.timeout
+
+    def resumed_deadline(self, event: dict[str, Any], deadline: str | None) -> float:
+        """The deadline the first try set, on resume after the trigger fired ``event``;
+        raises the sensor's timeout, or the trigger's error, when that is what it says."""
+        status = event.get("status")
+        when = deadline_epoch(deadline or event.get("deadline"))
+        if when is None:  # no deadline came back: bound the wait from now
+            when = self.first_deadline()
+        if status == "timeout":
+            self.timeout_if_past(
+                when, event.get("ready"), force=True, unreachable=event.get("unreachable")
+            )
+        if status != "ready":
+            detail = event.get("message", "the trigger ended without an event")
+            raise AirflowException(f"NSQSensor trigger failed: {detail}")
+        return when
+
+    def unless_unreachable(self, check: Callable[[], bool]) -> bool:
+        """``check()`` before a deferral; an nsqd that cannot be reached counts as "not
+        yet" (False), and the trigger tries it again with backoff until the deadline:
+        nsqd may be restarting. Any other error fails the task."""
+        try:
+            return check()
+        except NSQError as exc:
+            if not nsqd_unreachable(exc):
+                raise
+            self.sensor.log.warning(
+                "nsqd cannot be reached for %s/%s (%s); deferring: the trigger tries again "
+                "at once, then with backoff, until the sensor's timeout",
+                *(self.sensor.topic, self.sensor.channel, exc),
+            )
+            return False
+
+    def timeout_if_past(
+        self,
+        deadline: float,
+        ready: int | None,
+        force: bool = False,
+        unreachable: str | None = None,
+    ) -> None:
+        """Raise the sensor's timeout when ``deadline`` passed (or ``force``)."""
+        if force or time.time() >= deadline:
+            seen = "" if ready is None else f" ({ready} were ready at the last check)"
+            if unreachable:
+                seen += f"; nsqd could not be reached at the last try: {unreachable}"
+            sensor = self.sensor
+            raise AirflowSensorTimeout(
+                f"Sensor has timed out: {sensor.topic}/{sensor.channel} did not yield "
+                f"{sensor.min_messages} message(s) within {self.timeout}s{seen}"
+            )
+
+    def defer(self, deadline: float) -> None:
+        """Defer the sensor until the channel is ready or ``deadline``: the trigger, the
+        method to resume in, the deadline for it, Airflow's timeout."""
+        sensor = self.sensor
+        remaining = max(deadline - time.time(), 1.0)
+        sensor.defer(
+            trigger=NSQMessageTrigger(
+                topic=sensor.topic,
+                channel=sensor.channel,
+                nsq_conn_id=sensor.nsq_conn_id,
+                min_messages=sensor.min_messages,
+                deadline=deadline,
+                poll_interval=float(sensor.poke_interval),
+            ),
+            method_name="execute_complete",
+            kwargs={"deadline": deadline_iso(deadline)},
+            # The trigger also fires its own timeout event at the deadline: dag.test()
+            # runs triggers without applying this one.
+            timeout=datetime.timedelta(seconds=remaining),
+        )
+
+
+# -- the sensor -------------------------------------------------------------------------
 
 
 class NSQSensor(BaseSensorOperator):
     """Wait for messages on an NSQ channel and pass them downstream via XCom.
 
     The sensor succeeds when one subscribe window of ``window_timeout`` on
-    ``topic``/``channel`` yields at least ``min_messages`` messages that ``message_filter`` accepts (a window
-    takes up to ``max_messages``). Its XCom value (``return_value``) is the list of those
-    messages, each a dict: ``id``, ``body`` (str; base64 text when ``body_encoding ==
-    "base64"``), ``body_encoding`` (``"utf-8"`` or ``"base64"``), ``attempts``,
-    ``timestamp`` (ns since the epoch, set by nsqd at publish), ``topic``, ``channel``,
-    ``nsqd`` (the ``host:port`` that delivered it: a message ``id`` is unique per nsqd).
+    ``topic``/``channel`` yields at least ``min_messages`` messages that
+    ``message_filter`` accepts (a window takes up to ``max_messages``). Its XCom value
+    (``return_value``) is the list of those messages, each a dict: ``id``, ``body`` (str;
+    base64 text when ``body_encoding == "base64"``), ``body_encoding`` (``"utf-8"`` or
+    ``"base64"``), ``attempts``, ``timestamp`` (ns since the epoch, set by nsqd at
+    publish), ``topic``, ``channel``, ``nsqd`` (the ``host:port`` that delivered it: a
+    message ``id`` is unique per nsqd).
 
     NSQ as deployed: when the connection names nsqlookupds (``lookupd_http_addresses``)
     or several nsqds (``nsqd_tcp_addresses``), the check and the window cover every nsqd
@@ -111,8 +646,9 @@ class NSQSensor(BaseSensorOperator):
     :param window_timeout: how long one subscribe window listens: ``timedelta`` or
         seconds (default 5 s). Must be shorter than nsqd's msg_timeout (60 s by default)
         (templated: a rendered number is seconds).
-    :param max_xcom_bytes: most bytes of JSON one window pushes to XCom (default 4 MiB;
-        see :mod:`~airflow_provider_nsq.sensors.xcom_budget` for the databases' limits).
+    :param max_xcom_bytes: most bytes of JSON one window pushes to XCom (default 4 MiB,
+        a sixteenth of MySQL's default packet, the smallest limit of the metadata
+        databases Airflow supports; docs/operations.md has the databases' limits).
     :param message_filter: optional ``callable(record) -> bool`` or a dotted path to one;
         ``record`` is the dict described above. Rejected messages are handled per
         ``rejected``.
@@ -124,7 +660,6 @@ class NSQSensor(BaseSensorOperator):
     :param nsq_conn_id: the ``nsq`` Connection to use (templated).
     :param deferrable: wait in the triggerer between checks instead of holding a worker
         slot (default: ``[operators] default_deferrable``).
-    :param window: the deprecated name of ``window_timeout`` (a warning names it).
     """
 
     template_fields: Sequence[str] = (
@@ -150,23 +685,16 @@ class NSQSensor(BaseSensorOperator):
         message_filter: MessageFilter | str | None = None,
         rejected: Rejected = "finish",
         rejected_requeue_delay: Delay = 0,
-        nsq_conn_id: str = NSQHook.default_conn_name,
+        nsq_conn_id: str = NSQConsumerHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        window: WindowTimeout | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        window_timeout = renamed_argument(
-            "NSQSensor",
-            ("window_timeout", window_timeout, _DEFAULT_WINDOW_TIMEOUT_S),
-            ("window", window),
-            "how long one consume window listens",
-        )
         if not is_templated(topic):
             validate_topic_name(topic)
         if not is_templated(channel):
             validate_channel_name(channel)
-        check_literal_window_settings(min_messages, max_messages, window_timeout)
+        _check_literal_window_sizes(min_messages, max_messages, window_timeout)
         if message_filter is not None and not (
             callable(message_filter) or isinstance(message_filter, str)
         ):
@@ -176,14 +704,20 @@ class NSQSensor(BaseSensorOperator):
         if rejected not in ("finish", "requeue"):
             raise NSQValueError(f"rejected must be 'finish' or 'requeue', got {rejected!r}")
         if deferrable and not is_templated(channel):
-            check_deferrable_channel(channel)
+            _check_deferrable_channel(channel)
         self.topic = topic
         self.channel = channel
         # ints and float seconds; template strings until _check_rendered() converts them
         self.min_messages: Any = min_messages
         self.max_messages: Any = max_messages
-        self.window_timeout: Any = stored_window_timeout(window_timeout)
-        self.max_xcom_bytes = check_max_xcom_bytes(max_xcom_bytes)
+        self.window_timeout: Any = (
+            window_timeout
+            if is_templated(window_timeout)
+            else duration_to_seconds(window_timeout, "window_timeout")
+        )
+        self.max_xcom_bytes = check_int(
+            max_xcom_bytes, "max_xcom_bytes", minimum=MIN_MAX_XCOM_BYTES
+        )
         self.message_filter = message_filter
         self.rejected: Rejected = rejected
         self.rejected_requeue_delay_ms = delay_to_ms(
@@ -193,26 +727,31 @@ class NSQSensor(BaseSensorOperator):
         self.deferrable = deferrable
         # Carried from a poke to execute: what the last window holds, and (no HTTP API,
         # poke and reschedule modes) when the next window may open.
-        self._held: HeldMessages | None = None
-        self._poke_mode: PokeMode | None = None
+        self._held: _HeldMessages | None = None
+        self._schedule: _PokeSchedule | None = None
 
     @cached_property
-    def hook(self) -> NSQHook:
-        return NSQHook(nsq_conn_id=self.nsq_conn_id)
+    def hook(self) -> NSQConsumerHook:
+        """The windows' hook; closing it REQs what a window still holds."""
+        return NSQConsumerHook(nsq_conn_id=self.nsq_conn_id)
+
+    @cached_property
+    def admin_hook(self) -> NSQAdminHook:
+        """The check's hook: the channel's depth from nsqd's HTTP API."""
+        return NSQAdminHook(nsq_conn_id=self.nsq_conn_id)
 
     def _check_rendered(self) -> None:
         """Check (and convert) what templates rendered: names, and the window's sizes
         with the errors a literal value gets when the DAG is parsed."""
         validate_topic_name(self.topic)
         validate_channel_name(self.channel)
-        settings = check_window_settings(self.min_messages, self.max_messages, self.window_timeout)
-        self.min_messages = settings.min_messages
-        self.max_messages = settings.max_messages
-        self.window_timeout = settings.window_timeout
+        self.min_messages, self.max_messages, self.window_timeout = _window_sizes(
+            self.min_messages, self.max_messages, self.window_timeout
+        )
 
-    def _channel_window(self, context: Context) -> ChannelWindow:
+    def _channel_window(self, context: Context) -> _ChannelWindow:
         """The check and the window, with the rendered arguments."""
-        rules = WindowRules(
+        rules = _WindowRules(
             topic=self.topic,
             channel=self.channel,
             min_messages=self.min_messages,
@@ -223,19 +762,8 @@ class NSQSensor(BaseSensorOperator):
             rejected=self.rejected,
             rejected_requeue_delay_ms=self.rejected_requeue_delay_ms,
         )
-        tags = task_tags(context, topic=self.topic, channel=self.channel)
-        return ChannelWindow(self.hook, rules, self.log, tags)
-
-    def _deferrable_mode(self) -> DeferrableMode:
-        return DeferrableMode(
-            topic=self.topic,
-            channel=self.channel,
-            nsq_conn_id=self.nsq_conn_id,
-            min_messages=self.min_messages,
-            timeout=self.timeout,
-            poke_interval=float(self.poke_interval),
-            log=self.log,
-        )
+        metrics = task_emitter(context, topic=self.topic, channel=self.channel)
+        return _ChannelWindow(self, rules, metrics)
 
     # -- checks and windows -------------------------------------------------------------
 
@@ -243,37 +771,28 @@ class NSQSensor(BaseSensorOperator):
         """One check, then a window if the check allows it. True when the window yielded
         at least ``min_messages`` accepted messages; they stay in flight (unanswered)
         until :meth:`execute` delivers them."""
-        if self._poke_mode is None:
-            self._poke_mode = PokeMode(
-                reschedule=self.reschedule,
-                poke_interval=float(self.poke_interval),
-                timeout=float(self.timeout),
-                log=self.log,
-            )
-        mode = self._poke_mode
-        mode.poke_starts()
+        if self._schedule is None:
+            self._schedule = _PokeSchedule(self)
+        schedule = self._schedule
+        schedule.poke_starts()
         self._check_rendered()
         window = self._channel_window(context)
         depth = window.depth()
         if depth is not None:
             if not window.enough(depth):
                 return False
-        elif not mode.window_due(context):
+        elif not schedule.window_due(context):
             return False  # backing off after a short window: it redelivered what it saw
         else:
-            window.count_window_check()
-        ok = self._hold(window)
+            window.metrics.incr("nsq.sensor.checks.tcp")  # the window is the check
+        self._held = window.open()
         if depth is None:
-            mode.after_window(ok, context, float(self.window_timeout))
-        return ok
+            schedule.after_window(self._held is not None, context, float(self.window_timeout))
+        return self._held is not None
 
     def _window(self, context: Context) -> bool:
         """One window, no check first (the trigger found the messages ready)."""
-        return self._hold(self._channel_window(context))
-
-    def _hold(self, window: ChannelWindow) -> bool:
-        """Open ``window``; True when it holds enough messages for :meth:`_deliver`."""
-        self._held = window.open()
+        self._held = self._channel_window(context).open()
         return self._held is not None
 
     def _deliver(self, context: Context) -> None:
@@ -299,18 +818,18 @@ class NSQSensor(BaseSensorOperator):
         self._check_rendered()
         try:
             if self.deferrable:
-                check_deferrable_channel(self.channel)
-                mode = self._deferrable_mode()
-                deadline = mode.first_deadline()
-                if not mode.unless_unreachable(lambda: self.poke(context)):
-                    mode.timeout_if_past(deadline, None)
-                    self.defer(**mode.deferral(deadline))
+                _check_deferrable_channel(self.channel)
+                deferral = _Deferral(self)
+                deadline = deferral.first_deadline()
+                if not deferral.unless_unreachable(lambda: self.poke(context)):
+                    deferral.timeout_if_past(deadline, None)
+                    deferral.defer(deadline)
             else:
                 try:
                     super().execute(context)
                 except AirflowRescheduleException as exc:
-                    if self._poke_mode is not None:
-                        self._poke_mode.reschedule_for_next_window(exc)
+                    if self._schedule is not None:
+                        self._schedule.reschedule_for_next_window(exc)
                     raise
             self._deliver(context)
         finally:
@@ -326,12 +845,12 @@ class NSQSensor(BaseSensorOperator):
         comes back short. The deadline set by the first try carries over (from the
         deferral's kwargs, or from the event where ``dag.test()`` drops those)."""
         self._check_rendered()
-        mode = self._deferrable_mode()
-        when = mode.resumed_deadline(event or {}, deadline)
+        deferral = _Deferral(self)
+        when = deferral.resumed_deadline(event or {}, deadline)
         try:
-            if not mode.unless_unreachable(lambda: self._window(context)):
-                mode.timeout_if_past(when, None)
-                self.defer(**mode.deferral(when))
+            if not deferral.unless_unreachable(lambda: self._window(context)):
+                deferral.timeout_if_past(when, None)
+                deferral.defer(when)
             self._deliver(context)
         finally:
             self.hook.close()

@@ -29,6 +29,10 @@ from ..client import AsyncNSQConsumer
 from ..client.settings.address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from ..metrics import Emitter
 
+#: Internal to the provider: no public names (the API reference lists this module under
+#: Internals; other modules of the provider import from it).
+__all__: list[str] = []
+
 #: Seconds between two health reports of one trigger (StatsD's usual flush interval).
 HEALTH_INTERVAL_S = 10.0
 

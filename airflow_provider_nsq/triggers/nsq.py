@@ -10,10 +10,12 @@ Without the HTTP API (or when it cannot be reached) it peeks over TCP: it subscr
 ends: a little under the connection's msg_timeout, or the deadline), then hands them all
 back at once (``RDY 0``, then ``REQ`` with no delay) and fires if there were enough.
 The peek asks nsqd for a short msg_timeout of its own and TOUCHes what it holds
-(:meth:`~airflow_provider_nsq.hooks.nsq.NSQHook.held_consumer_options`): a triggerer that dies mid-peek leaves
-the messages in flight for seconds, not a minute. Each peek
-costs every held message one redelivery (``attempts + 1``); short peeks are followed by a
-growing pause.
+(:meth:`~airflow_provider_nsq.hooks.base.NSQBaseHook.held_consumer_options`): a
+triggerer that dies mid-peek leaves the messages in flight for seconds, not a minute.
+Each peek costs every held message one redelivery (``attempts + 1``); short peeks are
+followed by a growing pause. It reads through
+:class:`~airflow_provider_nsq.hooks.admin.NSQAdminHook`: nsqd's HTTP API, and the
+connection's consumer settings for the peek.
 
 Both checks cover every nsqd of the connection: with nsqlookupds, the HTTP depth is
 summed over the producers they list; the TCP peek is one
@@ -44,12 +46,14 @@ from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.backoff import Backoff, nsqd_unreachable, reconnect_backoff
 from ..client.holding.holder import AsyncMessageHolder
 from ..client.http.nsqd_api import HTTP_UNREADABLE
-from ..hooks.nsq import NSQHook
+from ..hooks.admin import NSQAdminHook
 from ..metrics import emitter
 from ..protocol.constants import DEFAULT_MSG_TIMEOUT_MS
 from ..protocol.errors import NSQError
 from ..protocol.value_checks import is_number
 from .health import HealthReports, TriggerHealth
+
+__all__ = ["NSQMessageTrigger"]
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
 MIN_INTERVAL_S = 0.1
@@ -61,7 +65,7 @@ TCP_BACKOFF = 2.0
 TCP_MAX_INTERVAL_S = 120.0
 #: A peek holds messages at most this share of the connection's msg_timeout (nsqd's
 #: default when it sets none), TOUCHing them: the trigger's own msg_timeout is shorter
-#: (NSQHook.held_consumer_options), the peek as long as when it could not TOUCH.
+#: (NSQBaseHook.held_consumer_options), the peek as long as when it could not TOUCH.
 HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
 #: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
 _METRICS = emitter("triggerer")
@@ -113,7 +117,7 @@ class NSQMessageTrigger(BaseTrigger):
         *,
         topic: str,
         channel: str,
-        nsq_conn_id: str = NSQHook.default_conn_name,
+        nsq_conn_id: str = NSQAdminHook.default_conn_name,
         min_messages: int = 1,
         deadline: float | None = None,
         poll_interval: float = 5.0,
@@ -164,7 +168,7 @@ class NSQMessageTrigger(BaseTrigger):
             reports.stop()
 
     async def _wait(self) -> AsyncIterator[TriggerEvent]:
-        hook = NSQHook(nsq_conn_id=self.nsq_conn_id)
+        hook = NSQAdminHook(nsq_conn_id=self.nsq_conn_id)
         try:
             await hook.aget_client_config()
             hook.get_http_api()  # settings errors now, not at the first check
@@ -248,7 +252,7 @@ class NSQMessageTrigger(BaseTrigger):
         log("%s; next check in %.1fs", what, seconds)
         await asyncio.sleep(seconds)
 
-    async def _check(self, hook: NSQHook, remaining: float | None) -> tuple[int, str]:
+    async def _check(self, hook: NSQAdminHook, remaining: float | None) -> tuple[int, str]:
         """How many messages are ready, and how that was learnt: nsqd's ``/stats`` when
         the connection names its HTTP API and it answers, else a TCP peek."""
         try:
@@ -267,7 +271,7 @@ class NSQMessageTrigger(BaseTrigger):
         self.health.heard()
         return ready, "tcp"
 
-    async def _peek(self, hook: NSQHook, remaining: float | None) -> int:
+    async def _peek(self, hook: NSQAdminHook, remaining: float | None) -> int:
         """Hold up to ``min_messages`` deliveries (one in-flight budget over every nsqd of
         the connection, found through nsqlookupd when it names any) until that many came
         or the hold ends, then hand them all back; how many there were."""

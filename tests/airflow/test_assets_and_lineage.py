@@ -1,5 +1,5 @@
 """NSQ topics as assets (the ``nsq`` URI scheme Airflow checks through the provider info,
-``nsq_asset``, ``asset_outlet=True``) and their OpenLineage datasets."""
+``nsq_asset``, ``asset_outlet="host:port"``) and their OpenLineage datasets."""
 
 from __future__ import annotations
 
@@ -91,29 +91,9 @@ def test_an_asset_with_an_address_reads_no_connection(monkeypatch):
     )
 
 
-def test_an_asset_takes_an_address_or_a_connection_not_both(nsqd_conn):
-    with pytest.raises(NSQValueError, match="address or nsq_conn_id, not both"):
-        nsq_asset("orders", address="nsqd.example.com:4155", nsq_conn_id=nsqd_conn)
-
-
-def test_reading_the_address_from_the_connection_at_parse_works_and_warns(lookupd_conn, nsqd_conn):
-    """The deprecated form: the cluster as the connection names it (its first lookupd,
-    else its nsqd), with a warning quoting the ``address=`` to write."""
-    with pytest.warns(FutureWarning, match="address='lookupd-1:4161'") as caught:
-        assert nsq_asset("orders", nsq_conn_id=lookupd_conn).uri == "nsq://lookupd-1:4161/orders"
-    assert "reads connection 'nsq_cluster' when the DAG file is parsed" in str(caught[0].message)
-    with pytest.warns(
-        FutureWarning, match=r"nsq_asset\('orders', address='nsqd.example.com:4155'\)"
-    ):
-        asset = nsq_asset("orders", nsq_conn_id=nsqd_conn, name="orders", group="nsq")
-    assert asset == nsq_asset("orders", address="nsqd.example.com:4155", name="orders", group="nsq")
-
-
-def test_a_missing_connection_says_to_write_the_address(monkeypatch):
-    monkeypatch.delenv("AIRFLOW_CONN_NSQ_DEFAULT", raising=False)
-    with pytest.raises(Exception, match="nsq_default") as raised:
-        nsq_asset("orders")
-    assert "nsq_asset('orders', address='host:port')" in "\n".join(raised.value.__notes__)
+def test_an_asset_needs_the_clusters_address():
+    with pytest.raises(TypeError, match="address"):
+        nsq_asset("orders")  # type: ignore[call-arg]
 
 
 def test_asset_outlet_declares_the_topics_asset(nsqd_conn):
@@ -125,24 +105,18 @@ def test_asset_outlet_declares_the_topics_asset(nsqd_conn):
         asset_outlet="nsqd.example.com:4155",
     )
     assert [a.uri for a in op.outlets] == [asset_uri("nsqd.example.com:4155", "orders")]
-    with pytest.warns(FutureWarning, match="asset_outlet='nsqd.example.com:4155'"):
-        read = NSQPublishOperator(
-            task_id="pub", topic="orders", message="x", nsq_conn_id=nsqd_conn, asset_outlet=True
-        )
-    assert read.outlets == op.outlets
     plain = NSQMultiPublishOperator(
         task_id="mpub", topic="orders", messages=["a"], nsq_conn_id=nsqd_conn
     )
     assert plain.outlets == []
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"topic": "{{ params.topic }}"}, {"topic": "orders", "nsq_conn_id": "{{ params.conn }}"}],
-)
-def test_asset_outlet_needs_what_is_fixed_at_parse(kwargs):
-    with pytest.raises(NSQValueError, match="asset_outlet=True needs a literal topic"):
-        NSQPublishOperator(task_id="pub", message="x", asset_outlet=True, **kwargs)
+def test_asset_outlet_is_the_address_never_read_from_the_connection(nsqd_conn):
+    with pytest.raises(NSQValueError, match=r'asset_outlet="host:port"') as raised:
+        NSQPublishOperator(
+            task_id="pub", topic="orders", message="x", nsq_conn_id=nsqd_conn, asset_outlet=True
+        )
+    assert "never read from the connection" in str(raised.value)
 
 
 def test_an_asset_outlet_address_needs_a_literal_topic():

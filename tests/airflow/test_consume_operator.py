@@ -127,24 +127,6 @@ def test_bad_literal_arguments_fail_at_dag_parse_naming_the_value(kwargs, named)
         _op(**kwargs)
 
 
-def test_window_is_the_deprecated_name_of_idle_timeout():
-    with pytest.warns(DeprecationWarning, match=r"use idle_timeout=") as warned:
-        op = NSQConsumeOperator(
-            task_id="apply", topic="events", channel="apply", apply_function=print, window=2
-        )
-    assert op.idle_timeout == 2
-    assert warned[0].filename == __file__  # the DAG's line, past Airflow's wrappers
-    with pytest.raises(NSQValueError, match=r"give idle_timeout only"):
-        NSQConsumeOperator(
-            task_id="apply",
-            topic="events",
-            channel="apply",
-            apply_function=print,
-            window=2,
-            idle_timeout=3,
-        )
-
-
 def test_templated_arguments_are_checked_when_rendered_without_network():
     # Parsing reads no connection: this one does not exist.
     op = _op(

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_nsq.client import NSQMessage
 from airflow_provider_nsq.protocol.errors import NSQValueError
-from airflow_provider_nsq.triggers.event_batches import (
+from airflow_provider_nsq.triggers.nsq_event import (
     SETTLE_POLL_S,
     EventBatcher,
     batch_payload,
@@ -33,7 +33,7 @@ def _messages(*numbers: int) -> list[NSQMessage]:
 
 def _batcher(clock: Clock, **kwargs) -> EventBatcher:
     settings = {"batch_size": 3, "batch_timeout": 2.0, "min_event_interval": 5.0, **kwargs}
-    return EventBatcher(to_record=lambda m: {"id": m.id, "attempts": 1}, clock=clock, **settings)
+    return EventBatcher(topic="t", channel="c", clock=clock, **settings)
 
 
 def test_a_batch_goes_when_full_or_batch_timeout_after_its_first_message():

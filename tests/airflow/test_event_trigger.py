@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -466,6 +470,62 @@ def test_max_in_flight_above_nsqds_max_rdy_count_is_capped_there_and_said(
 def test_without_ack_mode_each_trigger_reads_on_its_own():
     # Airflow 3.0-3.2 have no shared streams: None makes the triggerer call run().
     assert _trigger("orders").shared_stream_key() is None
+
+
+#: Airflow 3.0-3.2 as far as this provider can tell: no airflow.triggers.shared_stream.
+_WITHOUT_SHARED_STREAM = """
+import asyncio, json, sys
+sys.modules["airflow.triggers.shared_stream"] = None  # importing it raises ImportError
+from airflow_provider_nsq.triggers import nsq_event
+from airflow_provider_nsq.queues.nsq import NSQMessageQueueProvider
+from airflow_provider_nsq.links import NSQAdminChannelLink
+
+trigger = nsq_event.NSQEventTrigger(topic=sys.argv[1], channel="airflow", batch_size=1)
+
+async def first_event():
+    events = trigger.run()
+    try:
+        return (await asyncio.wait_for(events.__anext__(), 15)).payload
+    finally:
+        await events.aclose()
+
+print(json.dumps({
+    "ack_mode": nsq_event.ACK_MODE,
+    "key": trigger.shared_stream_key(),
+    "base": nsq_event.NSQEventStreamProducer.__mro__[1].__name__,
+    "provider": NSQMessageQueueProvider().trigger_class().__name__,
+    "body": asyncio.run(first_event())["body"],
+}))
+"""
+
+
+def test_without_shared_streams_every_name_imports_and_run_fires(nsqd, nsq_default, nsq_topic):
+    """What Airflow 3.0-3.2 import and run: the module, the queue provider and the links
+    import without ``airflow.triggers.shared_stream``, and ``run()`` fires events."""
+    nsqd.http_publish(nsq_topic, b"hello")
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_SHARED_STREAM, nsq_topic],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {
+        "ack_mode": False,
+        "key": None,
+        "base": "object",
+        "provider": "NSQEventTrigger",
+        "body": "hello",
+    }
+    assert "no shared-stream ack mode" in done.stdout + done.stderr
 
 
 def test_run_fails_at_once_on_a_tls_setting_no_nsqd_accepts(nsqd_factory, monkeypatch):

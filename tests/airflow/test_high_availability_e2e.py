@@ -390,6 +390,7 @@ def ha(nsqd, postgres, tmp_path_factory) -> Iterator[HA]:
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
+        "NSQ_HA_NSQD": nsqd.tcp_address,
         "NSQ_HA_EVENTS_TOPIC": topics["events"],
         "NSQ_HA_SENSOR_TOPIC": topics["sensor"],
         "NSQ_HA_PEEK_TOPIC": topics["peek"],

@@ -31,7 +31,7 @@ def test_publish_calls_share_one_connection(nsqd, nsq_default, nsq_topic):
         assert dpub == {"topic": nsq_topic, "messages": 1, "bytes": 5, "delay_ms": 1500}
         assert hook.get_conn().connects == 1
         assert hook.get_server_info()["version"]
-    assert hook._publisher is None  # closed
+    assert hook._producer is not None and hook._producer.address is None  # closed
 
     bodies = [m.body for m in read(nsqd, nsq_topic, "c", count=5, timeout=3.0)]
     assert bodies == [b"plain", b'{"k":[1,2]}', b"\x00\x01", b"two", b'["three"]']
@@ -43,7 +43,7 @@ def test_delay_above_the_connections_limit_is_refused_before_sending(nsqd, monke
     monkeypatch.setenv("AIRFLOW_CONN_NSQ_SMALL", uri)
     with NSQHook("nsq_small") as hook, pytest.raises(NSQValueError, match="2000 ms"):
         hook.defer_publish("events", "m", 2000)
-    assert hook._publisher is None  # nothing was opened
+    assert hook._producer is None  # nothing was opened
 
 
 def test_consume_windows_fin_req_and_manual(nsqd, nsq_default, nsq_topic):
@@ -116,9 +116,7 @@ def test_the_test_button_finds_the_hook_by_connection_type(nsqd, monkeypatch):
     assert f"at {nsqd.host}:{nsqd.tcp_port}; tls=off" in message
 
 
-def test_the_verbs_take_what_the_consumers_take_and_the_old_forms_warn(
-    nsqd, nsq_default, nsq_topic
-):
+def test_the_verbs_take_what_the_consumers_take(nsqd, nsq_default, nsq_topic):
     with NSQHook() as hook:
         hook.multi_publish(nsq_topic, ["a", "b", "c", "d"])
         held = hook.consume(nsq_topic, "c", max_messages=4, timeout=3, ack="manual")
@@ -127,10 +125,8 @@ def test_the_verbs_take_what_the_consumers_take_and_the_old_forms_warn(
         hook.touch(by_body[b"a"], by_body[b"b"])
         hook.finish(by_body[b"a"])
         hook.requeue(by_body[b"b"], delay_ms=datetime.timedelta(0))
-        with pytest.warns(DeprecationWarning, match=r"NSQHook\.finish\(\*messages\)"):
-            hook.finish([by_body[b"c"]])
-        with pytest.warns(DeprecationWarning, match="use delay_ms="):
-            hook.requeue(by_body[b"d"], delay=0)
+        hook.finish(by_body[b"c"])
+        hook.requeue(by_body[b"d"], delay_ms=0)
     again = read(nsqd, nsq_topic, "c", count=2)
     assert sorted((m.body, m.attempts) for m in again) == [(b"b", 2), (b"d", 2)]
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "c"))

@@ -6,8 +6,8 @@ nsqadmin played by a small HTTP server here:
 - an NSQSensor in ``mode="reschedule"`` without nsqd's HTTP API keeps its backoff across
   reschedules: the scheduler's reschedule records show each wait doubling, and the
   message was delivered once per window, not once per ``poke_interval``;
-- ``asset_outlet=True`` on a publish operator starts the DAG scheduled on
-  ``nsq_asset(topic)``;
+- ``asset_outlet="host:port"`` on a publish operator starts the DAG scheduled on
+  ``nsq_asset(topic, address="host:port")``;
 - the nsqadmin links of the publish operators, the sensors and the event-driven DAG's
   task, as the API server hands them to the UI (the extra-links endpoint); and, when
   Chromium and Playwright are installed, as the UI shows them in a browser, clicked
@@ -39,7 +39,7 @@ from urllib.parse import quote
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
-from airflow_provider_nsq.sensors.tcp_backoff import tcp_pause
+from airflow_provider_nsq.sensors.nsq import tcp_pause
 
 from .real_airflow import RealAirflow, utc_timestamp, wait_until
 from .statsd_listener import StatsDListener
@@ -193,6 +193,7 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
         "NSQ_PROD_EVENTS_TOPIC": topics["events"],
         "NSQ_PROD_RESCHEDULE_TIMEOUT_S": str(RESCHEDULE_TIMEOUT_S),
         "NSQ_PROD_CONSUME_TOPIC": topics["consume"],
+        "NSQ_PROD_NSQD": nsqd.tcp_address,
     }
     database = postgres.create_database(f"production_{token}")
     airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [DAG_FILE], env, database)

@@ -17,8 +17,9 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_provider_nsq.client import NSQConnection
+from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQValueError
-from airflow_provider_nsq.sensors.nsq import NSQSensor, decode_record_body
+from airflow_provider_nsq.sensors.nsq import NSQSensor
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from tests.dags.nsq_sensor_dags import WAIT_TIMEOUT_S, WAIT_WINDOW_S
 
@@ -94,18 +95,6 @@ def test_templated_names_are_accepted_at_parse():
     sensor = _sensor(topic="{{ params.topic }}", channel="{{ params.channel }}")
     assert {"topic", "channel", "nsq_conn_id"} <= set(sensor.template_fields)
     assert sensor.window_timeout == 1.0
-
-
-def test_window_is_the_deprecated_name_of_window_timeout():
-    with pytest.warns(DeprecationWarning, match=r"use window_timeout=") as warned:
-        sensor = NSQSensor(task_id="wait", topic="events", channel="etl", window=2)
-    assert sensor.window_timeout == 2.0
-    assert warned[0].filename == __file__  # the DAG's line, past Airflow's wrappers
-    with pytest.warns(DeprecationWarning, match=r"use window_timeout="):
-        templated = NSQSensor(task_id="wait", topic="t", channel="c", window="{{ params.w }}")
-    assert templated.window_timeout == "{{ params.w }}"  # rendered as window_timeout
-    with pytest.raises(NSQValueError, match=r"give window_timeout only"):
-        NSQSensor(task_id="wait", topic="events", channel="etl", window=2, window_timeout=3)
 
 
 # -- deferral plumbing (no broker) -----------------------------------------------------

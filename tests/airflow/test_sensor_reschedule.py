@@ -12,9 +12,9 @@ import pytest
 from airflow.exceptions import AirflowRescheduleException
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout
 
-from airflow_provider_nsq.sensors.nsq import NSQSensor
-from airflow_provider_nsq.sensors.tcp_backoff import (
+from airflow_provider_nsq.sensors.nsq import (
     TCP_WINDOW_MAX_BACKOFF_S,
+    NSQSensor,
     next_reschedule,
     tcp_pause,
 )

@@ -18,8 +18,9 @@ import structlog
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, TaskDeferred
 
 from airflow_provider_nsq.client import NSQConsumer
+from airflow_provider_nsq.client.records import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQConnectionError
-from airflow_provider_nsq.sensors.nsq import NSQSensor, decode_record_body
+from airflow_provider_nsq.sensors.nsq import NSQSensor
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 
 from .conftest import TEST_DAGS, channel_is_empty, load_dag, run_dag, unraisable_is_an_error

@@ -11,8 +11,13 @@ import pytest
 
 from airflow_provider_nsq.client import NSQConnection
 from airflow_provider_nsq.protocol.errors import NSQValueError
-from airflow_provider_nsq.sensors.nsq import DEFAULT_MAX_XCOM_BYTES, NSQSensor
-from airflow_provider_nsq.sensors.xcom_budget import list_bytes, record_bytes, records_that_fit
+from airflow_provider_nsq.sensors.nsq import (
+    DEFAULT_MAX_XCOM_BYTES,
+    NSQSensor,
+    list_bytes,
+    record_bytes,
+    records_that_fit,
+)
 
 from .conftest import client_config, read
 

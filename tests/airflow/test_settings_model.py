@@ -13,10 +13,9 @@ import textwrap
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, ConnectionSettings
-from airflow_provider_nsq.hooks.connection_form import extra_settings
 from airflow_provider_nsq.hooks.nsq import NSQConnectionConfigError, NSQHook
 from airflow_provider_nsq.protocol.errors import NSQSettingError
-from airflow_provider_nsq.provider_info import CONN_FIELDS
+from airflow_provider_nsq.provider_info import CONN_FIELDS, extra_settings
 
 spark = pytest.importorskip("airflow_provider_nsq.spark", reason="needs the spark extra")
 from airflow_provider_nsq.spark.reader_options import READ_OPTIONS  # noqa: E402

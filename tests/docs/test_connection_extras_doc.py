@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_nsq.hooks.connection_form import extra_settings
+from airflow_provider_nsq.provider_info import extra_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "connections.md").read_text(encoding="utf-8")

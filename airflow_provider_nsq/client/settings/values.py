@@ -100,8 +100,3 @@ def duration_to_seconds(value: object, what: str) -> float:
         return parse_seconds(value)
     except NSQValueError as exc:
         raise NSQValueError(f"{what} {exc}") from None
-
-
-def is_templated(value: object) -> bool:
-    """True for a string Airflow will render (``{{ ... }}``): validate it after rendering."""
-    return isinstance(value, str) and "{{" in value

@@ -72,7 +72,7 @@ def flow():
         channel="apply",
         apply_function=apply_and_record,
         max_messages=FLOW_BATCH + 2,
-        window=30,
+        idle_timeout=30,
     )
 
 
@@ -110,7 +110,7 @@ def kill():
         apply_function_kwargs={"seconds": APPLY_SECONDS},
         max_messages=KILL_MESSAGES,
         max_batch_size=100,
-        window=2,
+        idle_timeout=2,
     )
 
 
@@ -124,7 +124,7 @@ def unreachable():
         channel="down",
         apply_function=apply_and_record,
         nsq_conn_id="nsq_down",
-        window=2,
+        idle_timeout=2,
     )
 
 

@@ -17,6 +17,8 @@ from airflow.sdk import AssetWatcher, dag, task
 from airflow_provider_nsq.assets import nsq_asset
 from airflow_provider_nsq.sensors.nsq import NSQSensor
 
+#: The NSQ cluster as the connection names it: the asset's address.
+NSQD = os.environ["NSQ_HA_NSQD"]
 EVENTS_TOPIC = os.environ["NSQ_HA_EVENTS_TOPIC"]
 SENSOR_TOPIC = os.environ["NSQ_HA_SENSOR_TOPIC"]
 PEEK_TOPIC = os.environ["NSQ_HA_PEEK_TOPIC"]
@@ -31,6 +33,7 @@ RETRIES = {"retries": 2, "retry_delay": datetime.timedelta(seconds=2)}
 
 events = nsq_asset(
     EVENTS_TOPIC,
+    address=NSQD,
     name="nsq_ha_events",
     watchers=[
         AssetWatcher(

@@ -32,6 +32,8 @@ RESCHEDULE_TOPIC = os.environ["NSQ_PROD_RESCHEDULE_TOPIC"]
 EVENTS_TOPIC = os.environ["NSQ_PROD_EVENTS_TOPIC"]
 RESCHEDULE_TIMEOUT_S = int(os.environ["NSQ_PROD_RESCHEDULE_TIMEOUT_S"])
 CONSUME_TOPIC = os.environ["NSQ_PROD_CONSUME_TOPIC"]
+#: The NSQ cluster as the connection names it: the assets' address.
+NSQD = os.environ["NSQ_PROD_NSQD"]
 
 COMMON: dict[str, Any] = {
     "schedule": None,
@@ -44,7 +46,7 @@ COMMON: dict[str, Any] = {
 @dag(dag_id="nsq_prod_publish", **COMMON)
 def publish():
     NSQPublishOperator(
-        task_id="pub", topic=PUBLISH_TOPIC, message={"event": "done"}, asset_outlet=True
+        task_id="pub", topic=PUBLISH_TOPIC, message={"event": "done"}, asset_outlet=NSQD
     )
     NSQDeferredPublishOperator(task_id="dpub", topic=PUBLISH_TOPIC, message="later", delay=0)
     NSQMultiPublishOperator(task_id="mpub", topic=PUBLISH_TOPIC, messages=["a", "bb", "ccc"])
@@ -58,7 +60,7 @@ def publish_error():
 
 @dag(
     dag_id="nsq_prod_downstream",
-    schedule=[nsq_asset(PUBLISH_TOPIC)],
+    schedule=[nsq_asset(PUBLISH_TOPIC, address=NSQD)],
     start_date=datetime.datetime(2024, 1, 1),
     catchup=False,
 )
@@ -105,6 +107,7 @@ def reschedule():
 
 events = nsq_asset(
     EVENTS_TOPIC,
+    address=NSQD,
     name="nsq_prod_events",
     watchers=[
         AssetWatcher(
