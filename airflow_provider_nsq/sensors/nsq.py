@@ -3,11 +3,11 @@ hand them to downstream tasks through XCom.
 
 What is here, in the order a poke runs it:
 
-- the check: the channel's depth from nsqd's HTTP API (nothing is taken), through
-  :class:`~airflow_provider_nsq.hooks.admin.NSQAdminHook`;
+- the check: the channel's depth from nsqd's HTTP API (nothing is taken), through the
+  admin role of the sensor's one :class:`~airflow_provider_nsq.hooks.nsq.NSQHook` (its
+  Connection read once per task);
 - the window (:class:`_ChannelWindow`): ``SUB``, ``RDY max_messages``, collect for
-  ``window_timeout``, ``CLS``, through
-  :class:`~airflow_provider_nsq.hooks.consumer.NSQConsumerHook`; it keeps what the filter
+  ``window_timeout``, ``CLS``, through that hook's consumer role; it keeps what the filter
   accepted and what fits in XCom (``max_xcom_bytes``) in flight, and hands the rest back;
 - the delivery (:class:`_HeldMessages`): the task TOUCHes the messages, pushes their
   records to XCom itself, and only then FINs them; if the push fails they are REQ'd, so
@@ -43,8 +43,8 @@ from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
 from ..client.message import NSQMessage
 from ..client.records import MessageFilter, import_callable, message_record
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
-from ..hooks.admin import NSQAdminHook
 from ..hooks.consumer import NSQConsumerHook
+from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
 from ..links import NSQAdminChannelLink
 from ..metrics import Emitter, task_emitter
@@ -238,7 +238,7 @@ class _ChannelWindow:
 
     def __init__(self, sensor: NSQSensor, rules: _WindowRules, metrics: Emitter) -> None:
         self.hook = sensor.hook
-        self.admin = sensor.admin_hook
+        self.admin = sensor.hook
         self.log = sensor.log
         self.rules = rules
         self.metrics = metrics
@@ -731,14 +731,11 @@ class NSQSensor(BaseSensorOperator):
         self._schedule: _PokeSchedule | None = None
 
     @cached_property
-    def hook(self) -> NSQConsumerHook:
-        """The windows' hook; closing it REQs what a window still holds."""
-        return NSQConsumerHook(nsq_conn_id=self.nsq_conn_id)
-
-    @cached_property
-    def admin_hook(self) -> NSQAdminHook:
-        """The check's hook: the channel's depth from nsqd's HTTP API."""
-        return NSQAdminHook(nsq_conn_id=self.nsq_conn_id)
+    def hook(self) -> NSQHook:
+        """The sensor's one hook (its Connection read once): the check (the channel's
+        depth from nsqd's HTTP API) and the windows; closing it REQs what a window
+        still holds."""
+        return NSQHook(nsq_conn_id=self.nsq_conn_id)
 
     def _check_rendered(self) -> None:
         """Check (and convert) what templates rendered: names, and the window's sizes
