@@ -92,7 +92,7 @@ bench: $(STAMP)
 # skips its count and says so): fails when one is over its budget in
 # benchmarks/op_cost.py. Counts, not times: the same on a busy machine. A few minutes.
 bench-check: $(STAMP)
-	$(PY) benchmarks/op_cost.py --check --ops pub,mpub,connect,consume,async-pub \
+	$(PY) benchmarks/op_cost.py --check --ops pub,mpub,connect,consume,async-pub,operator-consume \
 		--measure instructions,syscalls,calls
 
 clean:

@@ -20,6 +20,9 @@ operation, or a real nsqd when ``NSQD_ADDRESS`` is set):
 - ``async-pub``, ``async-connect``: ``AsyncNSQConnection``;
 - ``hook-pub``, ``hook-connect`` (a new hook, its Connection read, open + IDENTIFY):
   ``NSQHook``, as a task uses it;
+- ``operator-consume`` (per message: read, the record handed to a function that does
+  nothing, FIN, metrics): ``NSQConsumeOperator`` with ``apply_function``, as a DAG task
+  drains a channel;
 - ``plain-pub``, ``plain-mpub``, ``plain-connect``: the plain-socket floor of
   ``benchmarks/clients/plain_socket.py``.
 
@@ -41,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +70,7 @@ OPS: dict[str, tuple[int, str]] = {
     "async-connect": (200, "connection"),
     "hook-pub": (2000, "PUB"),
     "hook-connect": (200, "connection"),
+    "operator-consume": (3_000, "message"),
     "plain-pub": (2000, "PUB"),
     "plain-mpub": (100, "message"),
     "plain-connect": (200, "connection"),
@@ -90,6 +95,10 @@ BUDGETS: dict[str, dict[str, float]] = {
     "consume": {"instructions": 11_500, "syscalls": 0.5, "calls": 4},
     # 65.7k instructions, 4 system calls, 82 calls [121.5k, 6, 132]
     "async-pub": {"instructions": 85_000, "syscalls": 4.5, "calls": 107},
+    # per message through NSQConsumeOperator (apply_function), every thread: 30.7k
+    # instructions, 20 calls [435.8k, 292: a hand-off, a FIN write and three metric
+    # calls per message]
+    "operator-consume": {"instructions": 40_000, "calls": 27},
 }
 
 
@@ -221,6 +230,31 @@ def op_hook_connect(host: str, port: int, n: int) -> None:
     _loop(n, once)
 
 
+def op_operator_consume(host: str, port: int, n: int) -> None:
+    """The consume operator draining ``n`` messages (after a warm-up), one call of a
+    function that does nothing per message. The marks are set from the function, on
+    the function's thread; the calls are counted on every thread."""
+    from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
+
+    warm = WARMUP * 50
+    seen = [0]
+
+    def apply(record: dict[str, Any]) -> None:
+        seen[0] += 1
+        if seen[0] in (warm, warm + n):
+            _mark()
+
+    NSQConsumeOperator(
+        task_id="op_cost",
+        topic="op_cost",
+        channel="c",
+        nsq_conn_id="nsq_opcost",
+        apply_function=apply,
+        max_messages=warm + n,
+        idle_timeout=5,
+    ).execute({})
+
+
 def op_plain_pub(host: str, port: int, n: int) -> None:
     from clients.plain_socket import PlainConnection
 
@@ -246,7 +280,7 @@ def op_plain_connect(host: str, port: int, n: int) -> None:
 
 def run_worker(op: str, host: str, port: int, n: int, count_calls: bool) -> None:
     function = globals()["op_" + op.replace("-", "_")]
-    if op.startswith("hook"):
+    if op.startswith(("hook", "operator")):
         import airflow  # noqa: F401  (imported before the count, as a task has it)
     if not count_calls:
         times: list[os.times_result] = []
@@ -259,22 +293,25 @@ def run_worker(op: str, host: str, port: int, n: int, count_calls: bool) -> None
     if count_calls:
         calls = [0]
         marks: list[int] = []
+        counting = [False]
 
         def profile(frame: Any, event: str, arg: Any) -> None:
-            if event == "call" or event == "c_call":
+            if counting[0] and (event == "call" or event == "c_call"):
                 calls[0] += 1
 
         def mark() -> None:
-            if not marks:
-                sys.setprofile(profile)
-                marks.append(0)
-            else:
-                sys.setprofile(None)
-                marks.append(calls[0])
+            counting[0] = not marks
+            marks.append(calls[0])
 
+        # Installed before the operation starts, on this thread and every thread it
+        # starts (the consume operator's function thread); counted between the marks.
+        threading.setprofile(profile)
+        sys.setprofile(profile)
         _MARKS["hook"] = mark
         function(host, port, n)
-        print(f"CALLS {marks[-1]}")
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+        print(f"CALLS {marks[-1] - marks[0]}")
         return
     function(host, port, n)
 
@@ -381,15 +418,15 @@ def per_op(op: str, measure: str, n: int, source: str | None, airflow_home: str)
         env = worker_env(source, airflow_home, host, port)
         try:
             if measure not in ("instructions", "syscalls"):  # counted over the loop only
-                if op == "consume":
+                if op.endswith("consume"):
                     fill(host, port, WARMUP * 50 + n + 5000, env)
                 return run_once(op, measure, n, host, port, env) / (n * per_message)
             totals = []
             for k in (n, 3 * n):
-                if op == "consume":
+                if op.endswith("consume"):
                     fill(host, port, WARMUP * 50 + k + 5000, env)
                 totals.append(run_once(op, measure, k, host, port, env))
-                if op == "consume":
+                if op.endswith("consume"):
                     delete_topic(http)
             return (totals[1] - totals[0]) / (2 * n * per_message)
         finally:

@@ -138,9 +138,10 @@ class NSQConsumeOperator(BaseOperator):
     :param apply_function_kwargs: keyword arguments (templated).
     :param max_messages: end after this many deliveries (default 1000; None: only
         ``idle_timeout`` ends the task) (templated).
-    :param max_batch_size: messages held at once: the batch size for
-        ``apply_function_batch``, and how many are read ahead for ``apply_function``
-        (default 100, at most 2500, nsqd's ``--max-rdy-count``).
+    :param max_batch_size: the batch size for ``apply_function_batch``, and how many
+        messages ``apply_function``'s thread is handed at once (default 100, at most
+        2500, nsqd's ``--max-rdy-count``). The task holds up to twice as many in flight
+        (at most 2500), so nsqd delivers the next batch while the function runs.
     :param idle_timeout: end once this long passed with nothing to do: seconds or a
         ``timedelta`` (default 5 s) (templated).
     :param max_attempts: the delivery (nsqd's ``attempts``, counting every delivery of
@@ -262,7 +263,10 @@ class NSQConsumeOperator(BaseOperator):
         return ApplySettings(
             batch=self.apply_function_batch is not None,
             max_messages=max_messages,
-            max_in_flight=self.max_batch_size,
+            # Twice the batch in flight (nsqd's limit at most): nsqd delivers the next
+            # batch while the function runs on this one.
+            max_in_flight=min(2 * self.max_batch_size, DEFAULT_MAX_RDY_COUNT),
+            batch_size=self.max_batch_size,
             idle_timeout=idle_timeout,
             max_attempts=max_attempts,
             requeue_delay_ms=min(self.requeue_delay_ms, config.max_req_timeout_ms),

@@ -26,6 +26,27 @@ CLIENTS: tuple[ClientInfo, ...] = (
     ClientInfo("hook", "project_hook", "project: via NSQHook", "project", airflow=True),
     ClientInfo("asyncio", "project_async", "project: AsyncNSQConnection", "project"),
     ClientInfo(
+        "operator",
+        "project_operator",
+        "project: NSQConsumeOperator per message",
+        "project",
+        airflow=True,
+    ),
+    ClientInfo(
+        "operator-batch",
+        "project_operator_batch",
+        "project: NSQConsumeOperator per batch of 500",
+        "project",
+        airflow=True,
+    ),
+    ClientInfo(
+        "event-trigger",
+        "project_event_trigger",
+        "project: NSQEventTrigger, messages to payloads",
+        "project",
+        airflow=True,
+    ),
+    ClientInfo(
         "topology",
         "project_topology",
         "project: NSQConsumer, 3 nsqds via lookupd",

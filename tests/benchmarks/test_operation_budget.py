@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,6 +39,7 @@ CALL_BUDGETS = {
     "mpub": 80,  # 60 per MPUB of 200 messages [880]
     "async pub": 107,  # 82 [132]
     "hook pub": 60,  # 46 [92]
+    "operator consume, per message": 30,  # 20 [292]
 }
 
 
@@ -197,3 +199,57 @@ def test_a_connect_allocates_no_receive_buffer_and_leaves_nothing_behind(config)
     # message class per connection, freed only by the garbage collector].
     assert peak < 64 * 1024, peak
     assert kept < 16 * 1024, kept
+
+
+def test_python_calls_per_message_through_the_consume_operator_are_within_budget(
+    nsqd, nsq_topic, monkeypatch
+) -> None:
+    """A DAG task draining a channel pays per message only the record, the call and its
+    share of one hand-off, one FIN write and one metrics report per group [before issue
+    38: a hand-off, a FIN write and three metric calls per message, ~290 calls]."""
+    pytest.importorskip("airflow")
+    from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_NSQ_BUDGET",
+        f"nsq://{nsqd.host}:{nsqd.tcp_port}",
+    )
+    warm, counted = 400, 4000  # 22 MPUBs of 200
+    with NSQConnection(ClientConfig(host=nsqd.host, port=nsqd.tcp_port)) as conn:
+        conn.subscribe(nsq_topic, "drain")  # the channel exists before the messages
+        with NSQConnection(conn.config) as pub:
+            for _ in range((warm + counted) // 200):
+                pub.multi_publish(nsq_topic, BATCH)
+        seen = [0]
+        calls = [0]
+        counting = [False]
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if counting[0] and event in ("call", "c_call"):
+                calls[0] += 1
+
+        def apply(record: dict[str, Any]) -> None:
+            seen[0] += 1
+            if seen[0] == warm:
+                counting[0] = True
+            elif seen[0] == warm + counted:
+                counting[0] = False
+
+        operator = NSQConsumeOperator(
+            task_id="drain",
+            topic=nsq_topic,
+            channel="drain",
+            nsq_conn_id="nsq_budget",
+            apply_function=apply,
+            max_messages=warm + counted,
+            idle_timeout=5,
+        )
+        threading.setprofile(profile)
+        sys.setprofile(profile)
+        try:
+            summary = operator.execute({})
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+    assert summary["applied"] == warm + counted
+    assert calls[0] / counted <= CALL_BUDGETS["operator consume, per message"], calls[0] / counted

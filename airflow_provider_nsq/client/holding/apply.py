@@ -21,6 +21,17 @@ is held by a :class:`~.holder.MessageHolder` on the caller's thread, which waits
 the function in slices of at most :data:`~.holder.KEEP_ALIVE_S` and in between answers
 heartbeats and TOUCHes what has been held for a third of msg_timeout.
 
+What a message costs is paid per hand-off, not per message: the function thread is
+handed every message held at once (up to ``batch_size``; a per-message function is
+called on each in turn, stopping after the first that raises), the answers of the calls
+that ended are written together (one FIN write per connection), and the metrics are
+counted in memory and sent once per hand-off. A message is still FINished only after
+its own call returned: the answers of a long hand-off are written at every keep-alive
+slice, while the function runs on the next message. Why a thread and not the task's
+own: the blocking consumer must do its I/O (heartbeats, TOUCH) while a slow function
+runs, and only its owner thread may; handed a group at a time, the thread costs one
+hand-off per group instead of one per message.
+
 The run ends after ``max_messages`` messages were answered, or once ``idle_timeout``
 seconds passed with nothing to do (no message in hand, none delivered).
 """
@@ -35,7 +46,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 from ...protocol.errors import NSQPoisonMessageError, NSQValueError
 from ..backoff import Backoff
@@ -103,11 +114,13 @@ class ApplySummary:
 class ApplySettings:
     """How a run takes and answers messages (checked by the caller: the operator).
 
-    :param batch: call the function with a list of records (up to ``max_in_flight``)
+    :param batch: call the function with a list of records (up to ``batch_size``)
         instead of one record.
     :param max_messages: end after answering this many deliveries (None: no limit).
-    :param max_in_flight: messages held at once: the batch size, and how many are read
-        ahead for a per-message function.
+    :param max_in_flight: messages held at once (the RDY budget). More than
+        ``batch_size`` lets nsqd deliver the next group while the function runs.
+    :param batch_size: messages per hand-off to the function's thread: the batch of a
+        batch function, the read-ahead of a per-message one (None: ``max_in_flight``).
     :param idle_timeout: end once this many seconds passed with nothing to do.
     :param max_attempts: the delivery (nsqd's ``attempts``) after whose failure a message
         is set aside (None: never; REQ'd every time).
@@ -120,6 +133,7 @@ class ApplySettings:
     batch: bool = False
     max_messages: int | None = None
     max_in_flight: int = 100
+    batch_size: int | None = None
     idle_timeout: float = 5.0
     max_attempts: int | None = None
     requeue_delay_ms: int = 0
@@ -127,10 +141,57 @@ class ApplySettings:
     keep_results: bool = False
 
 
-@dataclass(frozen=True)
-class _Outcome:
+class _Outcome(NamedTuple):
+    """What one call of the function gave: its result, or what it raised."""
+
     result: Any = None
     error: BaseException | None = None
+
+
+#: No message FINished since the last report (``_oldest_finished``).
+_NEVER = float("inf")
+
+
+class _Calls:
+    """The calls of one hand-off, run on the function thread: the function on each
+    record in turn, stopping after the first that raises (the messages after it are
+    handed over again, in order), or once on the whole batch. Each outcome is appended
+    as its call ends, so the consumer's thread can answer a message while the function
+    runs on the next."""
+
+    def __init__(self, function: Callable[[Any], Any], records: list[Any], *, batch: bool):
+        self.function = function
+        self.records = records
+        self.batch = batch
+        self.outcomes: list[_Outcome] = []  # appended by the function thread only
+        self.answered = 0  # outcomes answered (by the consumer's thread)
+        self.seconds = 0.0  # spent in the function, over every call
+        #: Set by the consumer's thread: no further call starts.
+        self.stop = False
+
+    @property
+    def called(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def unanswered(self) -> bool:
+        """Calls ended whose messages are not answered yet."""
+        return len(self.outcomes) > self.answered
+
+    def run(self) -> None:
+        function, outcomes, clock = self.function, self.outcomes, time.perf_counter
+        for given in [self.records] if self.batch else self.records:
+            if self.stop:
+                return
+            started = clock()
+            try:
+                result = function(given)
+            except BaseException as exc:  # the consumer's thread decides what it means
+                self.seconds += clock() - started
+                outcomes.append(_Outcome(error=exc))
+                return
+            self.seconds += clock() - started
+            outcomes.append(_Outcome(result))
 
 
 class ConsumeApply:
@@ -187,6 +248,10 @@ class ConsumeApply:
         self._thread = FunctionThread(f"nsq-apply-{topic}-{channel}")
         self._held: deque[NSQMessage] = deque()  # read, not yet handed to the function
         self._budget = -1  # the in-flight budget last set
+        # What the run did since the last report (sent once per hand-off, never per
+        # message): the counts, and the oldest message FINished (nsqd's timestamp).
+        self._counts: dict[Counted, int] = dict.fromkeys(get_args(Counted), 0)
+        self._oldest_finished = _NEVER
 
     def run(self) -> ApplySummary:
         """Start the consumer, apply until the run ends, close the consumer (which REQs
@@ -225,11 +290,8 @@ class ConsumeApply:
                 if self._read(min(READ_SLICE_S, idle_left)):
                     idle_since = time.monotonic()
                 continue
-            group = self._next_group(left)
-            outcome = self._apply(group)
-            if outcome is None:
+            if not self._hand_off(self._next_group(left)):
                 return "stopped"
-            self._settle(group, outcome)
             idle_since = time.monotonic()
 
     def _left(self, answering: int = 0) -> int | None:
@@ -261,48 +323,92 @@ class ConsumeApply:
         return bool(got)
 
     def _next_group(self, left: int | None) -> list[NSQMessage]:
-        """The next message, or the next batch: what is held, then what arrives until
-        the batch is full or nothing came for :data:`BATCH_GATHER_S`."""
-        if not self.settings.batch:
-            return [self._held.popleft()]
-        size = (
-            self.settings.max_in_flight if left is None else min(self.settings.max_in_flight, left)
-        )
-        while len(self._held) < size and self._read(BATCH_GATHER_S):
-            pass
-        return [self._held.popleft() for _ in range(min(size, len(self._held)))]
+        """What the function thread gets next: every message held (a per-message
+        function is called on each in turn), or the next batch: what is held, then what
+        arrives until the batch is full or nothing came for :data:`BATCH_GATHER_S`."""
+        settings = self.settings
+        size = min(settings.batch_size or settings.max_in_flight, settings.max_in_flight)
+        if left is not None:
+            size = min(size, left)
+        if settings.batch:
+            while len(self._held) < size and self._read(BATCH_GATHER_S):
+                pass
+        held = self._held
+        return [held.popleft() for _ in range(min(size, len(held)))]
 
-    # -- calling the function, keeping the consumer alive meanwhile ----------------------
+    # -- handing work to the function thread, keeping the consumer alive meanwhile -------
 
-    def _apply(self, group: list[NSQMessage]) -> _Outcome | None:
-        """Call the function on ``group``'s records; None when the run was stopped
-        while it ran (its messages are then handed back by ``close()``)."""
-        records = [message_record(m, self.topic, self.channel) for m in group]
-        started = time.monotonic()
-        future: Future = self._thread.submit(
-            self.function, records if self.settings.batch else records[0]
-        )
-        if not self.holder.wait_for(future, self.stopping):
-            return None
-        self.metrics.time("apply_duration", time.monotonic() - started)
-        error = future.exception()
-        return _Outcome(error=error) if error is not None else _Outcome(result=future.result())
+    def _hand_off(self, group: list[NSQMessage]) -> bool:
+        """Run the function on ``group`` (once per message, or once on the whole batch)
+        on the function thread, and answer each message as its call ends: FIN after it
+        returned, REQ or dead letter after it raised. One hand-off for the whole group,
+        answers written together (one write per connection for what is done at each
+        look), metrics counted here and sent once per group. False when the run was
+        stopped meanwhile: what is not answered is handed back by ``close()``."""
+        topic, channel = self.topic, self.channel
+        # The nsqd of each connection, looked up once per hand-off, not per message.
+        nsqds = {m.connection: m.nsqd or "" for m in {m.connection: m for m in group}.values()}
+        records = [message_record(m, topic, channel, nsqd=nsqds[m.connection]) for m in group]
+        calls = _Calls(self.function, records, batch=self.settings.batch)
+        future: Future = self._thread.submit(calls.run)
+        # wait_for returns early (False) when the run stops or calls ended since the
+        # last answers: those are answered while the function runs on.
+        while not self.holder.wait_for(future, lambda: self.stopping() or calls.unanswered):
+            if self.stopping():
+                calls.stop = True  # no further call starts; the running one is left
+                self._report(calls)
+                return False
+            self._answer(group, calls)
+        self._answer(group, calls)
+        if calls.answered < len(group):
+            # The function raised on a message: the ones after it were not called on
+            # yet, and go first into the next group, in their order.
+            self._held.extendleft(reversed(group[calls.answered :]))
+        self._report(calls)
+        return True
+
+    def _answer(self, group: list[NSQMessage], calls: _Calls) -> None:
+        """Answer the messages whose calls ended since the last answers."""
+        outcomes, answered = calls.outcomes, calls.answered
+        done = len(outcomes)
+        if done == answered:
+            return
+        if self.settings.batch:
+            calls.answered = len(group)
+            self._settle(group, outcomes[0])
+            return
+        failed = next((i for i in range(answered, done) if outcomes[i].error is not None), done)
+        calls.answered = min(failed + 1, done)
+        if failed > answered:
+            self._settle(group[answered:failed], None, outcomes[answered:failed])
+        if failed < done:
+            self._settle([group[failed]], outcomes[failed])
 
     # -- answering -----------------------------------------------------------------------
 
-    def _settle(self, group: list[NSQMessage], outcome: _Outcome) -> None:
+    def _settle(
+        self,
+        group: list[NSQMessage],
+        outcome: _Outcome | None,
+        outcomes: list[_Outcome] | None = None,
+    ) -> None:
+        """Answer ``group``: FIN when its call(s) returned (``outcome`` None and one
+        outcome per message, or a batch's one outcome without an error), else REQ with
+        backoff or a dead letter per message."""
         self._set_budget(answering=len(group))
         summary = self.summary
         summary.messages += len(group)
-        summary.nsqds.update(m.nsqd or "" for m in group)
-        if outcome.error is None:
-            self._keep_result(group, outcome.result)
-            for message in group:
-                answer_or_log(message, "FIN", partial(self.holder.finish, message))
+        # One message per connection: they name the nsqds that delivered the group.
+        summary.nsqds.update(m.nsqd or "" for m in {m.connection: m for m in group}.values())
+        if outcome is None or outcome.error is None:
+            if self.settings.keep_results:
+                results = [o.result for o in outcomes] if outcomes is not None else []
+                self._keep_results(group, results if outcome is None else [outcome.result])
+            self.holder.finish(*group)
             summary.applied += len(group)
-            self.metrics.count("applied", len(group))
+            self._counts["applied"] += len(group)
             oldest = min(m.timestamp for m in group)
-            self.metrics.time("delay", time.time() - oldest / 1e9)
+            self._oldest_finished = min(self._oldest_finished, oldest)
             return
         error = outcome.error
         log.warning(
@@ -321,24 +427,45 @@ class ConsumeApply:
                 poison = poison or failure
             self._requeue(message)
             summary.requeued += 1
-            self.metrics.count("requeued", 1)
+            self._counts["requeued"] += 1
         if poison is not None:
             raise poison
 
-    def _keep_result(self, group: list[NSQMessage], result: Any) -> None:
-        if not self.settings.keep_results or result is None:
-            return
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            for message in group:
-                answer_or_log(message, "REQ", partial(self.holder.requeue, message))
-            raise NSQValueError(
-                f"the function returned a {type(result).__name__}, which cannot be kept as "
-                f"a JSON result ({exc}); its message(s) were handed back (REQ): return "
-                "JSON-serialisable values (or None) with return_apply_function_results"
-            ) from None
-        self.summary.results.append(result)
+    def _report(self, calls: _Calls) -> None:
+        """Send what the last group did: the counts, the mean call's duration, and how
+        far behind the topic the oldest message FINished was (one call per metric)."""
+        metrics = self.metrics
+        for what, n in self._counts.items():
+            if n:
+                metrics.count(what, n)
+        self._counts = dict.fromkeys(self._counts, 0)
+        if calls.called:
+            metrics.time("apply_duration", calls.seconds / calls.called)
+        if self._oldest_finished != _NEVER:
+            metrics.time("delay", time.time() - self._oldest_finished / 1e9)
+            self._oldest_finished = _NEVER
+
+    def _keep_results(self, group: list[NSQMessage], results: list[Any]) -> None:
+        """Keep the calls' non-None results (each must be JSON); one that is not fails
+        the run, and its message and those after it are handed back (REQ), unanswered:
+        the messages before it are FINished."""
+        for i, result in enumerate(results):
+            if result is None:
+                continue
+            try:
+                json.dumps(result)
+            except (TypeError, ValueError) as exc:
+                first = i if len(results) == len(group) else 0  # a batch's one result: all
+                if first:
+                    self.holder.finish(*group[:first])
+                for message in group[first:]:
+                    answer_or_log(message, "REQ", partial(self.holder.requeue, message))
+                raise NSQValueError(
+                    f"the function returned a {type(result).__name__}, which cannot be kept "
+                    f"as a JSON result ({exc}); its message(s) were handed back (REQ): return "
+                    "JSON-serialisable values (or None) with return_apply_function_results"
+                ) from None
+            self.summary.results.append(result)
 
     def _requeue(self, message: NSQMessage) -> None:
         delay_ms = 0
@@ -351,7 +478,7 @@ class ConsumeApply:
         the run with when it could not be."""
         nsqd = message.nsqd or ""
         if self.dead_letters is None:
-            self.metrics.count("exhausted", 1)
+            self._counts["exhausted"] += 1
             return NSQPoisonMessageError(
                 message.id, nsqd, message.attempts, "no dead_letter_topic is set"
             )
@@ -359,7 +486,7 @@ class ConsumeApply:
             message, "max_attempts", error=error, error_text=self.error_text(error), by=self.by
         )
         if failed is not None:
-            self.metrics.count("dead_letter_failed", 1)
+            self._counts["dead_letter_failed"] += 1
             return NSQPoisonMessageError(
                 message.id,
                 nsqd,
@@ -368,7 +495,7 @@ class ConsumeApply:
                 f"({failed})",
             )
         self.summary.dead_lettered += 1
-        self.metrics.count("dead_lettered", 1)
+        self._counts["dead_lettered"] += 1
         log.warning(
             "Message %s from %s failed delivery %s: published to %s",
             message.id,
