@@ -36,7 +36,7 @@ PREFIX = "nsq"
 
 MetricType = Literal["counter", "gauge", "timer"]
 PublishKind = Literal["pub", "dpub", "mpub"]
-Where = Literal["task", "triggerer"]
+Where = Literal["task", "triggerer", "scheduler"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +248,19 @@ METRICS: dict[str, Metric] = {
             "connection is up).",
             _EVENT_TAGS,
         ),
+        Metric(
+            f"{PREFIX}.event_producer.published",
+            "counter",
+            "Event producer: DAG run and task instance events nsqd accepted.",
+            ("kind",),
+        ),
+        Metric(
+            f"{PREFIX}.event_producer.dropped",
+            "counter",
+            "Event producer: events that were not published (no nsqd took them within "
+            "publish_timeout, the queue was full, the connection could not be read ...).",
+            ("kind", "reason"),
+        ),
         *_health_metrics(
             "sensor",
             "a deferred sensor's trigger",
@@ -292,6 +305,7 @@ class Emitter:
         self.where = where
 
     def _stats(self) -> Any:
+        # The scheduler configures the same Stats as the triggerer (Airflow core's).
         return _task_stats() if self.where == "task" else _triggerer_stats()
 
     def _send(self, method: str, name: str, value: Any, tags: Mapping[str, Any]) -> None:
@@ -318,7 +332,7 @@ class Emitter:
 
 
 def emitter(where: Where) -> Emitter:
-    """The emitter for code running in a task process or in the triggerer."""
+    """The emitter for code running in a task process, the triggerer or the scheduler."""
     return Emitter(where)
 
 

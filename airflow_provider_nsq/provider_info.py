@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .hooks.connection_form import CONN_FIELDS, CONN_TYPE, UI_FIELD_BEHAVIOUR
+from .plugins.event_producer_config import provider_config
 
 PACKAGE_NAME = "airflow-provider-nsq"
 INTEGRATION = "NSQ"
@@ -46,9 +47,26 @@ def provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": _modules("hooks.nsq"),
-        "operators": _modules("operators.nsq", "operators.nsq_consume"),
+        "operators": _modules("operators.nsq", "operators.nsq_consume", "operators.nsq_admin"),
         "sensors": _modules("sensors.nsq"),
         "triggers": _modules("triggers.nsq", "triggers.nsq_event"),
+        # A channel drained into files on Airflow's object storage (s3://, gs://, file://).
+        "transfers": [
+            {
+                "source-integration-name": INTEGRATION,
+                "target-integration-name": "Common IO",
+                "python-module": "airflow_provider_nsq.transfers.nsq_to_object_storage",
+            }
+        ],
+        "notifications": ["airflow_provider_nsq.notifications.nsq.NSQNotifier"],
+        # Airflow's DAG run and task instance events out to NSQ ([nsq_event_producer]).
+        "plugins": [
+            {
+                "name": "nsq_event_producer",
+                "plugin-class": "airflow_provider_nsq.plugins.nsq_event_producer.NSQEventProducerPlugin",
+            }
+        ],
+        "config": provider_config(),
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).
         "queues": ["airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"],
         # Links to nsqadmin on the task instance (the connection's nsqadmin_url).
