@@ -3,8 +3,8 @@ being filled on the worker's disk (:class:`ArchiveFile`), then stored under a te
 name and renamed (:func:`store`), so that a store never shows a partial file under a
 final name.
 
-A file holds JSON lines (``jsonl``: the message's record, :func:`~..client.records.
-message_record`: ``id``, ``body`` (text, or base64 when not UTF-8, ``body_encoding``
+A file holds JSON lines (``jsonl``: the message's record,
+:func:`~..client.records.message_record`: ``id``, ``body`` (text, or base64 when not UTF-8, ``body_encoding``
 says which), ``attempts``, ``timestamp`` (ns), ``topic``, ``channel``, ``nsqd``) or the
 raw bodies, one per line (``raw``, as nsq_to_file writes them: a body holding a newline
 spans two lines), optionally gzip-compressed.
