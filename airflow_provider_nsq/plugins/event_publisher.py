@@ -15,7 +15,8 @@ scheduler's loop, a task's listener hooks); the thread alone talks to nsqd;
   (``unconfirmed``: it may have been published);
 - :meth:`~EventPublisher.flush` waits up to ``timeout`` for what was submitted, but not
   once a try failed (nsqd is down: nobody waits for it); what is left is dropped:
-  ``not_sent``.
+  ``not_sent`` (a batch still being sent then may yet go out: the process is stopping,
+  and it is counted once, as not sent).
 
 Every drop is reported through ``on_dropped(kind, reason, count)``, every publish
 through ``on_published(kind, count)``. No Airflow here.
@@ -88,6 +89,7 @@ class EventPublisher:
         self._in_hand: list[Event] = []
         self._changed = threading.Condition()
         self._down = False  # the last try failed
+        self._given_up = False  # flush() reported the batch in hand: the thread does not
         self._tries = 0  # batches tried, for flush() to see progress
         self._thread: threading.Thread | None = None
 
@@ -125,8 +127,11 @@ class EventPublisher:
                 if failed or (self._down and not self._in_hand) or left <= 0:
                     break
                 self._changed.wait(left)
-            left_over = list(self._waiting)
+            left_over = [*self._waiting, *self._in_hand]
             self._waiting.clear()
+            # A batch still being sent is reported here (the process may stop before the
+            # try ends); the thread then neither reports nor retries it.
+            self._given_up = bool(self._in_hand)
         self._dropped(left_over, "not_sent")
 
     # -- the thread ------------------------------------------------------------------
@@ -184,10 +189,13 @@ class EventPublisher:
         with self._changed:
             self._tries += 1
             self._down = outcome is not None
-            if outcome == "retry":
+            given_up, self._given_up = self._given_up, False
+            if outcome == "retry" and not given_up:
                 self._waiting.extendleft(reversed(batch))  # in order, at the front
             self._in_hand = []
             self._changed.notify_all()
+        if given_up:
+            return 0.0 if outcome is None else _FIRST_BACKOFF_S
         if outcome is None:
             for kind, count in _by_kind(batch):
                 self._on_published(kind, count)

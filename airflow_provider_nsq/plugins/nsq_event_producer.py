@@ -34,14 +34,15 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowPlugin, conf, hookimpl
 
-from ..hooks.base import NSQBaseHook
 from ..metrics import emitter
 from .event_producer_config import SECTION, EventProducerSettings
-from .event_publisher import EventPublisher
+
+if TYPE_CHECKING:
+    from .event_publisher import EventPublisher
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,11 @@ class NSQEventListener:
             if self._read_at and now - self._read_at < RETRY_READ_S:
                 return None
             self._read_at = now
+            # Imported on first use: Airflow loads the plugin in every process, and a
+            # producer that is off must cost nothing there.
+            from ..hooks.base import NSQBaseHook
+            from .event_publisher import EventPublisher
+
             try:
                 connection = NSQBaseHook(nsq_conn_id=settings.nsq_conn_id).get_settings()
             except Exception as exc:

@@ -150,9 +150,7 @@ def test_through_lookupd_every_nsqd_of_the_topic_and_one_by_name(through_lookupd
     hook.unpause_channel(nsq_topic, "etl")
 
 
-def test_a_topic_deleted_through_lookupd_is_gone_from_it_and_every_nsqd(
-    through_lookupd, nsq_topic
-):
+def test_a_topic_deleted_through_lookupd_is_gone_from_it_and_every_nsqd(through_lookupd, nsq_topic):
     topology = through_lookupd
     _on_every_nsqd(topology, nsq_topic, "etl")
     lookupd = topology.lookupd
@@ -188,9 +186,7 @@ def test_the_operators_check_their_arguments_when_the_dag_is_parsed():
 
 
 @pytest.mark.usefixtures("airflow_db")
-def test_a_dag_run_administers_a_topic_with_each_nsqds_result_in_xcom(
-    nsqd, nsq_default, nsq_topic
-):
+def test_a_dag_run_administers_a_topic_with_each_nsqds_result_in_xcom(nsqd, nsq_default, nsq_topic):
     here = nsqd.http_address
     run = run_dag(load_dag(DAGS, "nsq_admin_lifecycle"), topic=nsq_topic)
     assert run.state == "success", run
