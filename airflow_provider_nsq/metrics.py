@@ -40,7 +40,7 @@ PREFIX = "nsq"
 
 MetricType = Literal["counter", "gauge", "timer"]
 PublishKind = Literal["pub", "dpub", "mpub"]
-Where = Literal["task", "triggerer"]
+Where = Literal["task", "triggerer", "scheduler"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +252,19 @@ METRICS: dict[str, Metric] = {
             "connection is up).",
             _EVENT_TAGS,
         ),
+        Metric(
+            f"{PREFIX}.event_producer.published",
+            "counter",
+            "Event producer: DAG run and task instance events nsqd accepted.",
+            ("kind",),
+        ),
+        Metric(
+            f"{PREFIX}.event_producer.dropped",
+            "counter",
+            "Event producer: events that were not published (no nsqd took them within "
+            "publish_timeout, the queue was full, the connection could not be read ...).",
+            ("kind", "reason"),
+        ),
         *_health_metrics(
             "sensor",
             "a deferred sensor's trigger",
@@ -315,6 +328,7 @@ class Emitter:
         if name not in METRICS:  # a programming error, not a runtime condition
             raise KeyError(f"{name} is not in metrics.METRICS (and docs/metrics.md)")
         try:
+            # The scheduler configures the same Stats as the triggerer (Airflow core's).
             stats = _task_stats() if self.where == "task" else _triggerer_stats()
             clean = {**self.tags, **_clean_tags(tags)} if tags else self.tags
             getattr(stats, method)(name, value, tags=clean)
@@ -336,7 +350,7 @@ class Emitter:
 
 
 def emitter(where: Where) -> Emitter:
-    """The emitter for code running in a task process or in the triggerer."""
+    """The emitter for code running in a task process, the triggerer or the scheduler."""
     return Emitter(where)
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from .client.settings.address import DEFAULT_NSQD_TCP_PORT
 from .client.settings.connection_settings import ConnectionSettings
 from .client.settings.fields import Setting, SettingSource
+from .event_producer_config import provider_config
 
 #: Internal to the provider: no public names (the API reference lists this module under
 #: Internals; other modules of the provider import from it).
@@ -108,9 +109,26 @@ def provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": _modules("hooks.nsq"),
-        "operators": _modules("operators.nsq", "operators.nsq_consume"),
+        "operators": _modules("operators.nsq", "operators.nsq_consume", "operators.nsq_admin"),
         "sensors": _modules("sensors.nsq"),
         "triggers": _modules("triggers.nsq", "triggers.nsq_event"),
+        # A channel drained into files on Airflow's object storage (s3://, gs://, file://).
+        "transfers": [
+            {
+                "source-integration-name": INTEGRATION,
+                "target-integration-name": "Common IO",
+                "python-module": "airflow_provider_nsq.transfers.nsq_to_object_storage",
+            }
+        ],
+        "notifications": ["airflow_provider_nsq.notifications.nsq.NSQNotifier"],
+        # Airflow's DAG run and task instance events out to NSQ ([nsq_event_producer]).
+        "plugins": [
+            {
+                "name": "nsq_event_producer",
+                "plugin-class": "airflow_provider_nsq.plugins.nsq_event_producer.NSQEventProducerPlugin",
+            }
+        ],
+        "config": provider_config(),
         # Needs apache-airflow-providers-common-messaging (the [messaging] extra).
         "queues": ["airflow_provider_nsq.queues.nsq.NSQMessageQueueProvider"],
         # Links to nsqadmin on the task instance (the connection's nsqadmin_url).

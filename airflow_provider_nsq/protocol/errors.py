@@ -129,3 +129,18 @@ class NSQPoisonMessageError(NSQError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str, int, str]]:
         return (type(self), (self.message_id, self.nsqd, self.attempts, self.reason))
+
+
+class NSQAdminError(NSQError):
+    """An administration call (create, delete, empty, pause, unpause a topic or channel)
+    could not be done everywhere it was asked: an nsqd or nsqlookupd could not be
+    reached or refused, or the call found what it was told must not (or must) exist.
+    Raised after every other nsqd was done; ``result`` says what happened on each
+    (:class:`~airflow_provider_nsq.client.http.admin_api.AdminResult`)."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __reduce__(self) -> tuple[type, tuple[str, object]]:
+        return (type(self), (str(self), self.result))

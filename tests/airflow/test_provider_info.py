@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +170,42 @@ def test_the_registered_hook_class_declares_its_form_itself():
     behaviour = NSQHook.get_ui_field_behaviour()
     assert set(behaviour["hidden_fields"]) == {"login", "schema"}
     assert behaviour["relabeling"]["password"] == "AUTH secret"
+
+
+def test_airflow_sees_the_notifier_the_plugin_the_config_section_and_the_transfer(
+    providers_manager,
+):
+    providers_manager.initialize_providers_notifications()
+    providers_manager.initialize_providers_plugins()
+    notifiers = [getattr(n, "notification_class_name", n) for n in providers_manager.notification]
+    assert "airflow_provider_nsq.notifications.nsq.NSQNotifier" in notifiers
+    plugins = {p.name: p.plugin_class for p in providers_manager.plugins}
+    assert plugins["nsq_event_producer"] == (
+        "airflow_provider_nsq.plugins.nsq_event_producer.NSQEventProducerPlugin"
+    )
+    sections = dict(providers_manager.provider_configs)["airflow-provider-nsq"]
+    assert set(sections["nsq_event_producer"]["options"]) >= {
+        "dag_run_events", "task_instance_events", "topic", "nsq_conn_id", "source",
+        "dag_ids", "task_ids", "publish_timeout", "max_queued_events",
+    }  # fmt: skip
+    info = providers_manager.providers["airflow-provider-nsq"].data
+    (transfer,) = info["transfers"]
+    assert transfer["python-module"] == "airflow_provider_nsq.transfers.nsq_to_object_storage"
+    modules = info["operators"][0]["python-modules"]
+    assert "airflow_provider_nsq.operators.nsq_admin" in modules
+
+
+def test_airflow_config_list_shows_the_event_producer_section(airflow_home):
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("airflow")),
+            *("config", "list", "--section", "nsq_event_producer", "--show-values"),
+        ],
+        env={**os.environ, "AIRFLOW_HOME": airflow_home},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for line in ("[nsq_event_producer]", "dag_run_events = False", "topic = airflow.events"):
+        assert line in done.stdout, done.stdout

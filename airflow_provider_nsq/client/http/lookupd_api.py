@@ -26,8 +26,8 @@ import logging
 import ssl
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Literal
+from urllib.parse import quote, urlencode
 
 from ...protocol.errors import (
     NSQConnectionError,
@@ -234,6 +234,44 @@ class LookupdClient:
         target = self._target(topic)
         answers = yield Gather(tuple(self._ask(lookupd, target) for lookupd in self.lookupds))
         return merge_answers(self.lookupds, answers, topic)
+
+    def registry_steps(
+        self, action: Literal["create", "delete"], topic: str, channel: str | None = None
+    ) -> Generator[Gather[str], list[str | NSQError], dict[str, str | NSQError]]:
+        """Create or delete ``topic`` (or its ``channel``) in every nsqlookupd's registry,
+        all at once, as nsqadmin does (``POST /topic/create``, ``/channel/delete`` ...):
+        per lookupd (``host:port``), ``created``, ``deleted``, ``not_found`` (a channel it
+        did not list) or the error that stopped it. No nsqd is contacted: each nsqd
+        creates the channels its lookupds list when it gets the topic
+        (docs/nsqlookupd-facts.md sections 2 and 4)."""
+        validate_topic_name(topic)
+        kind = "topic" if channel is None else "channel"
+        query = {"topic": topic} if channel is None else {"topic": topic, "channel": channel}
+        target = f"/{kind}/{action}?" + urlencode(query)
+        done = "created" if action == "create" else "deleted"
+        answers = yield Gather(
+            tuple(self._post(lookupd, target, done) for lookupd in self.lookupds)
+        )
+        return {
+            lookupd.address: answer for lookupd, answer in zip(self.lookupds, answers, strict=True)
+        }
+
+    def _post(self, lookupd: LookupdAddress, target: str, done: str) -> HTTPSteps[str]:
+        request = HTTPRequest(
+            lookupd.host,
+            lookupd.port,
+            target,
+            self.timeout,
+            method="POST",
+            headers=_HEADERS,
+            ssl_context=self._context(lookupd),
+        )
+        response: HTTPResponse = yield request
+        if response.status == 404 and response.error_text() == "CHANNEL_NOT_FOUND":
+            return "not_found"
+        if response.status != 200:
+            raise NSQHTTPError(response.url, response.status, response.error_text())
+        return done
 
     def _ask(self, lookupd: LookupdAddress, target: str) -> HTTPSteps[list[Producer]]:
         request = HTTPRequest(

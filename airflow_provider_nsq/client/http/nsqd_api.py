@@ -14,6 +14,13 @@ were checked against the real daemon):
 
 Each call is written once, as steps (:meth:`NSQDHTTPClient.channel_depth_steps`: HTTP
 requests, :mod:`..runners.steps`); the blocking and asyncio methods only run it.
+
+The administration endpoints (``POST /topic/{create,delete,empty,pause,unpause}`` and
+``/channel/...``, :meth:`NSQDHTTPClient.admin_steps`) answer as nsqd 1.3.0's
+``nsqd/http.go`` does: 200 with an empty body; 404 ``TOPIC_NOT_FOUND`` for a topic it
+does not have (``/channel/create`` included: the topic comes first), 404
+``CHANNEL_NOT_FOUND`` for a channel; create is idempotent (200 for what exists), so
+whether it existed is read from ``/stats`` first.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from ...protocol.errors import NSQConnectionError, NSQHTTPError, NSQProtocolError, NSQTimeoutError
@@ -126,6 +133,30 @@ def combine_depths(topic: str, channel: str, depths: Sequence[ChannelDepth]) -> 
         paused=False,
         exists=any(d.exists for d in depths),
     )
+
+
+#: What administration does to a topic or a channel.
+AdminAction = Literal["create", "delete", "empty", "pause", "unpause"]
+#: What it did on one nsqd (or one nsqlookupd): the action's past tense, ``exists``
+#: (create: it was there already) or ``not_found`` (not there: nothing done).
+AdminOutcome = Literal["created", "exists", "deleted", "emptied", "paused", "unpaused", "not_found"]
+#: The past tense of each action, as an outcome.
+DONE: dict[AdminAction, AdminOutcome] = {
+    "create": "created",
+    "delete": "deleted",
+    "empty": "emptied",
+    "pause": "paused",
+    "unpause": "unpaused",
+}
+
+
+def find_in_stats(doc: Any, topic: str, channel: str | None, url: str) -> bool:
+    """Whether a ``/stats`` document lists ``topic`` (and ``channel`` of it)."""
+    topics = _unwrap(doc, url)["topics"] or []
+    found = next((t for t in topics if isinstance(t, dict) and t.get("topic_name") == topic), None)
+    if found is None or channel is None:
+        return found is not None
+    return any(c.get("channel_name") == channel for c in found.get("channels") or ())
 
 
 def _check(response: HTTPResponse) -> HTTPResponse:
@@ -246,6 +277,46 @@ class NSQDHTTPClient:
             query = urlencode({"topic": topic, "channel": channel})
             _check((yield self._request("POST", "/channel/create?" + query)))
         return depth
+
+    def admin(self, action: AdminAction, topic: str, channel: str | None = None) -> AdminOutcome:
+        """Create, delete, empty, pause or unpause ``topic`` (or its ``channel``) on this
+        nsqd: what it did (``not_found`` when there was nothing to act on)."""
+        return run(self.admin_steps(action, topic, channel))
+
+    async def aadmin(
+        self, action: AdminAction, topic: str, channel: str | None = None
+    ) -> AdminOutcome:
+        """:meth:`admin` for asyncio (no thread, cancellable)."""
+        return await arun(self.admin_steps(action, topic, channel))
+
+    def admin_steps(
+        self, action: AdminAction, topic: str, channel: str | None = None
+    ) -> HTTPSteps[AdminOutcome]:
+        """:meth:`admin` as steps: a ``/stats`` read first for create (nsqd's create is
+        idempotent), the topic created before a channel (``/channel/create`` needs it)."""
+        validate_topic_name(topic)
+        if channel is not None:
+            validate_channel_name(channel)
+        kind = "topic" if channel is None else "channel"
+        query = {"topic": topic} if channel is None else {"topic": topic, "channel": channel}
+        if action == "create":
+            response = _check((yield self._request("GET", _stats_target(topic))))
+            doc = response.json()
+            if find_in_stats(doc, topic, channel, response.url):
+                return "exists"
+            if channel is not None and not find_in_stats(doc, topic, None, response.url):
+                _check((yield self._post("topic", "create", {"topic": topic})))
+        response = yield self._post(kind, action, query)
+        if response.status == 404 and response.error_text() in (
+            "TOPIC_NOT_FOUND",
+            "CHANNEL_NOT_FOUND",
+        ):
+            return "not_found"
+        _check(response)
+        return DONE[action]
+
+    def _post(self, kind: str, action: str, query: dict[str, str]) -> HTTPRequest:
+        return self._request("POST", f"/{kind}/{action}?" + urlencode(query))
 
     def stats_steps(self, topic: str | None, channel: str | None) -> HTTPSteps[dict[str, Any]]:
         """:meth:`stats` as steps."""

@@ -205,6 +205,10 @@ def topic_delete(broker: BrokerState, request: Request) -> None:
 
 
 def topic_empty(broker: BrokerState, request: Request) -> None:
+    # nsqd's doEmptyTopic alone checks the name before looking the topic up.
+    name = request.arg("topic")
+    if name is not None and not is_valid_name(name):
+        raise APIError(400, "INVALID_TOPIC")
     broker.topics[_existing_topic(broker, request)].empty()
 
 
