@@ -203,14 +203,16 @@ METRICS: dict[str, Metric] = {
         Metric(
             f"{PREFIX}.consume.apply_duration",
             "timer",
-            "NSQConsumeOperator: milliseconds each call of the apply function took.",
+            "NSQConsumeOperator: milliseconds one call of the apply function took, sent "
+            "once per hand-off to the function's thread: the mean of its calls (each call "
+            "of apply_function_batch).",
             _CONSUME_TAGS,
         ),
         Metric(
             f"{PREFIX}.consume.delay",
             "timer",
             "NSQConsumeOperator: milliseconds from publish (nsqd's timestamp of the oldest "
-            "message of the call) to its FIN.",
+            "message FINished in a hand-off) to its FIN.",
             _CONSUME_TAGS,
         ),
         Metric(

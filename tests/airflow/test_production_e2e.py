@@ -443,7 +443,9 @@ def test_the_metrics_reach_statsd_with_their_values(production):
     assert statsd.total("airflow.nsq.consume.applied", task_id="apply", **consume) == 2
     assert statsd.total("airflow.nsq.consume.requeued", **consume) == 1  # poison, delivery 1
     assert statsd.total("airflow.nsq.consume.dead_lettered", **consume) == 1  # delivery 2
-    assert len(statsd.values("airflow.nsq.consume.apply_duration", **consume)) == 4
+    # One per hand-off to the function's thread (the mean of its calls), never one per
+    # message: 4 calls (ok, poison, its redelivery, ok) in 1 to 4 hand-offs.
+    assert 1 <= len(statsd.values("airflow.nsq.consume.apply_duration", **consume)) <= 4
     delays = statsd.values("airflow.nsq.consume.delay", **consume)
     assert len(delays) == 2 and all(0 < d < 300_000 for d in delays)  # milliseconds
 
@@ -467,8 +469,11 @@ def test_every_metric_sent_is_a_documented_one(production):
     assert sent <= set(METRICS)
     # This run has no filter, no dead-letter topic for events, no failed store, no poison
     # message without a dead-letter topic and no deferred sensor
-    # (test_high_availability_e2e.py has those).
+    # (test_high_availability_e2e.py has those); the event producer is off (its own
+    # tests, test_event_producer*.py, count its metrics).
     unused = {
+        "nsq.event_producer.published",
+        "nsq.event_producer.dropped",
         "nsq.consume.dead_letter_failed",
         "nsq.consume.exhausted",
         "nsq.sensor.window.filtered",
