@@ -35,8 +35,7 @@ from .lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from .bodies import encode_body
-    from .consumer import AsyncNSQConsumer, NSQConsumer
-    from .consumer.windows import ACK_MODES, AckMode
+    from .consumer import ACK_MODES, AckMode, AsyncNSQConsumer, NSQConsumer
     from .drivers.asyncio_driver import AsyncNSQConnection
     from .drivers.blocking_driver import NSQConnection
     from .message import NSQMessage
@@ -46,8 +45,8 @@ if TYPE_CHECKING:
 
 #: Each public name and the module holding it.
 _HOME = {
-    "ACK_MODES": ".consumer.windows",
-    "AckMode": ".consumer.windows",
+    "ACK_MODES": ".consumer",
+    "AckMode": ".consumer",
     "AsyncNSQConnection": ".drivers.asyncio_driver",
     "AsyncNSQConsumer": ".consumer",
     "COMPRESSIONS": ".settings.client_config",

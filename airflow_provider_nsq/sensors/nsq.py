@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowRescheduleException
 from airflow.providers.common.compat.sdk import AirflowException, BaseSensorOperator, conf
 
-from ..client.records import MessageFilter, decode_record_body, import_callable, message_record
+from ..client.message import MessageFilter, decode_record_body, import_callable, message_record
 from ..client.settings.values import Delay, delay_to_ms, is_templated
 from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 _DEFAULT_WINDOW_TIMEOUT_S = 5.0
 
-# Re-exported for DAGs that import them from here (the docs use client.records).
+# Re-exported for DAGs that import them from here (the docs use client.message).
 __all__ = [
     "DEFAULT_MAX_XCOM_BYTES",
     "MAX_WINDOW_MESSAGES",

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
-from ..client.message import NSQMessage
-from ..client.records import MessageFilter, import_callable, message_record
+from ..client.message import MessageFilter, NSQMessage, import_callable, message_record
 from ..metrics import emitter
 from ..protocol.errors import NSQValueError
 from ..protocol.names import is_ephemeral

@@ -16,8 +16,7 @@ from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
 from ..client.holding.dead_letters import AsyncDeadLetterPublisher
 from ..client.holding.holder import AsyncMessageHolder
-from ..client.message import answer_or_log
-from ..client.records import message_record
+from ..client.message import answer_or_log, message_record
 from ..hooks.nsq import NSQHook
 from ..metrics import emitter
 from ..protocol.value_checks import check_delay_ms

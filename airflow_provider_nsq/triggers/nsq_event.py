@@ -8,7 +8,7 @@ grouped by :class:`~airflow_provider_nsq.triggers.event_batches.EventBatcher`: o
 ``batch_timeout`` seconds, and events are spaced ``min_event_interval`` apart (Airflow
 3.3's scheduler leaves an event stored while a run is queued to a later run). Its
 payload lists the messages' JSON-safe records
-(:func:`~airflow_provider_nsq.client.records.message_record` plus ``nsqd``) with counts;
+(:func:`~airflow_provider_nsq.client.message.message_record` plus ``nsqd``) with counts;
 with ``batch_size=1`` the payload is the one message's record.
 
 On Airflow >= 3.3 the trigger runs in the triggerer's shared-stream **ack mode**
@@ -49,7 +49,7 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
-from ..client.records import MessageFilter, import_callable
+from ..client.message import MessageFilter, import_callable
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
 from ..protocol.constants import DEFAULT_MAX_RDY_COUNT

@@ -1,6 +1,6 @@
 """The consumer's sequences with no socket and a clock of the test's own.
 
-The sequences (:mod:`airflow_provider_nsq.client.consumer.sequences`) only yield steps;
+The sequences (:mod:`airflow_provider_nsq.client.consumer._sequences`) only yield steps;
 here a scripted runner performs them on fake connections: it answers ``Now`` and
 ``Wait`` from a fake clock, opens fake connections for ``Connect``, records every RDY,
 FIN, REQ and TOUCH of a ``Send``. So timing policies (RDY re-plans, rotation, reconnect
@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.client.consumer import ConsumerState, ConsumerSteps
-from airflow_provider_nsq.client.consumer.ledger import TOUCH_AFTER_SHARE
+from airflow_provider_nsq.client.consumer import TOUCH_AFTER_SHARE, ConsumerState, ConsumerSteps
 from airflow_provider_nsq.client.message import NSQMessage, bound_message_class
 from airflow_provider_nsq.client.runners.steps import (
     Abort,
