@@ -243,7 +243,7 @@ def check_window(max_messages: object, timeout: object, ack: object, max_rdy_cou
 
 
 @dataclass(frozen=True, slots=True)
-class Window:
+class ConsumeWindow:
     """One consume window: the arguments ``consume`` took, and the messages it got."""
 
     max_messages: int
@@ -253,7 +253,7 @@ class Window:
     got: list[NSQMessage] = field(default_factory=list)
 
 
-class Windows(Generic[Conn]):
+class ConsumeWindows(Generic[Conn]):
     """A consumer's consume windows, one after the other, over its connections: open
     (on what the last full window kept, when it is fresh), share ``max_messages`` as
     RDY, collect until full or the deadline, pause (RDY 0) or CLS, and settle (REQ what
@@ -265,7 +265,7 @@ class Windows(Generic[Conn]):
         self._keep_for = min(KEEP_SUBSCRIBED_S, heartbeat_s / 2)
         self._ended = -math.inf  # when the last window ended
 
-    def window_steps(self, window: Window, now: float) -> Steps[Conn, list[NSQMessage]]:
+    def window_steps(self, window: ConsumeWindow, now: float) -> Steps[Conn, list[NSQMessage]]:
         """One window (see ``ConsumerSteps.consume_steps``); its messages, settled."""
         conns = self._conns
         now = yield from self._open_steps(window, now)
@@ -291,7 +291,7 @@ class Windows(Generic[Conn]):
         self._ended = now
         return (yield from self._end_steps(window, stragglers))
 
-    def _open_steps(self, window: Window, now: float) -> Steps[Conn, float]:
+    def _open_steps(self, window: ConsumeWindow, now: float) -> Steps[Conn, float]:
         """Connect and SUB for a window. A later window reads on what the last one kept
         when it is fresh, and connects to what is missing."""
         conns = self._conns
@@ -310,7 +310,7 @@ class Windows(Generic[Conn]):
         now, _ = yield from conns.connect_steps(pool.missing(conns.discovery.wanted), now)
         return now
 
-    def _begin_steps(self, window: Window, now: float) -> WriteSteps[None]:
+    def _begin_steps(self, window: ConsumeWindow, now: float) -> WriteSteps[None]:
         pool = self._conns.pool
         capacity = sum(s.limit for s in pool.slots.values())
         if window.max_messages > capacity:
@@ -329,7 +329,7 @@ class Windows(Generic[Conn]):
         yield from self._conns.set_budget_steps(window.max_messages, now)
 
     def _end_steps(
-        self, window: Window, stragglers: list[NSQMessage]
+        self, window: ConsumeWindow, stragglers: list[NSQMessage]
     ) -> Generator[Send, list[NSQError | None], list[NSQMessage]]:
         """After CLS (or RDY 0): drop what came on a connection that broke, settle the
         rest (REQ the stragglers beyond ``max_messages``, then apply ``ack``)."""
@@ -444,7 +444,7 @@ class ConsumerSteps(Generic[Conn]):
         self._conns: Connections[Conn] = Connections(
             topic, channel, self.config, discovery, max_connections_per_nsqd
         )
-        self._windows: Windows[Conn] = Windows(self._conns)
+        self._windows: ConsumeWindows[Conn] = ConsumeWindows(self._conns)
 
     def __repr__(self) -> str:
         return (
@@ -585,7 +585,7 @@ class ConsumerSteps(Generic[Conn]):
                     f"{unanswered} message(s) of the last window are unanswered: finish or "
                     "requeue them before the next window (or close the consumer)"
                 )
-            window = Window(max_messages, timeout, ack, requeue_delay_ms)
+            window = ConsumeWindow(max_messages, timeout, ack, requeue_delay_ms)
             return (yield from self._windows.window_steps(window, (yield NOW)))
         finally:
             if self._life.state is WINDOWING:
