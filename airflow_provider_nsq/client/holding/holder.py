@@ -60,6 +60,8 @@ from .dead_letters import (
     Reason,
 )
 
+__all__ = ["DRAIN_S", "KEEP_ALIVE_S", "AsyncMessageHolder", "MessageHolder"]
+
 log = logging.getLogger(__name__)
 
 #: While user code runs, the consumer's I/O (heartbeats, deliveries, TOUCH when due) is
@@ -74,7 +76,7 @@ D = TypeVar("D", DeadLetterPublisher, AsyncDeadLetterPublisher)
 T = TypeVar("T")
 #: A holder's sequence: it yields the calls to make (each holder makes them its own
 #: way), is sent what each returned, and returns a ``T``.
-HolderSteps = Generator[Callable[[], Any], Any, T]
+_HolderSteps = Generator[Callable[[], Any], Any, T]
 
 
 def _never() -> bool:
@@ -152,7 +154,7 @@ class _Holding(Generic[C, D]):
 
     # -- the sequences, written once (each holder makes the calls they yield) -----------
 
-    def _start_steps(self, max_in_flight: int) -> HolderSteps[None]:
+    def _start_steps(self, max_in_flight: int) -> _HolderSteps[None]:
         """Connect and subscribe; on an error, close the consumer, then raise it."""
         try:
             yield partial(self.consumer.start, max_in_flight)
@@ -167,7 +169,7 @@ class _Holding(Generic[C, D]):
         error: BaseException | None,
         error_text: str | None,
         by: Mapping[str, Any] | None,
-    ) -> HolderSteps[NSQError | None]:
+    ) -> _HolderSteps[NSQError | None]:
         """Publish ``message``'s dead-letter envelope, then FIN it: None when done, the
         NSQError that stopped the publish otherwise (the message left unanswered)."""
         publisher = self._publisher
@@ -183,7 +185,7 @@ class _Holding(Generic[C, D]):
         answer_or_log(message, "FIN", message.finish)
         return None
 
-    def _close_steps(self) -> HolderSteps[int]:
+    def _close_steps(self) -> _HolderSteps[int]:
         """CLS, REQ every message delivered and not answered, close the connections and
         the dead-letter publisher: how many were REQ'd. Idempotent."""
         if self._closed:
@@ -223,7 +225,7 @@ class MessageHolder(_Holding[NSQConsumer, DeadLetterPublisher]):
                 f"{owner.name!r}, which started it; every call comes from that thread"
             )
 
-    def _run(self, steps: HolderSteps[T]) -> T:
+    def _run(self, steps: _HolderSteps[T]) -> T:
         """Make each call ``steps`` yields, as the holder."""
         return drive(steps, self._call)
 
@@ -340,7 +342,7 @@ class AsyncMessageHolder(_Holding[AsyncNSQConsumer, AsyncDeadLetterPublisher]):
         self._toucher: asyncio.Task[None] | None = None
         self._reading: asyncio.Task[Any] | None = None
 
-    async def _run(self, steps: HolderSteps[T]) -> T:
+    async def _run(self, steps: _HolderSteps[T]) -> T:
         """Await each call ``steps`` yields, as the holder (an error, a cancellation
         included, is thrown into the sequence, which cleans up)."""
         outcome: Any = None

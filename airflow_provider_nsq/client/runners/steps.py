@@ -37,7 +37,6 @@ asyncio driver's), and each runner takes only sequences of its own (:data:`Step`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Never, Protocol, TypeAlias, TypeVar
@@ -49,7 +48,32 @@ from ..transport.http_request import HTTPRequest, HTTPResponse
 if TYPE_CHECKING:
     from ..settings.client_config import ClientConfig
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "NOW",
+    "Abort",
+    "Close",
+    "Connect",
+    "Gather",
+    "HTTPStep",
+    "HTTPSteps",
+    "Now",
+    "Opened",
+    "Runnable",
+    "Send",
+    "StartClose",
+    "Step",
+    "Steps",
+    "Verb",
+    "Wait",
+    "Writable",
+    "Write",
+    "WriteStep",
+    "WriteSteps",
+    "answers",
+    "drive",
+    "fail_on_error",
+    "send",
+]
 
 #: The connections a step names: the driver of the runner that performs it
 #: (:class:`~..drivers.blocking_driver.NSQConnection` or
