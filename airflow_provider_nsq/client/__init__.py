@@ -21,7 +21,7 @@ Its rooms, from the bottom up:
   once as steps;
 - ``holding/``: messages held while user code runs: the one holder (TOUCH on time,
   answers, give-up to a dead-letter topic, close), and consume-and-apply over it;
-- ``message``, ``records``, ``bodies``, ``backoff``: a delivered message, its JSON-safe
+- ``message``, ``bodies``, ``backoff``: a delivered message and its JSON-safe
   record, user values as message bodies, the one retry-wait policy;
 - ``moved``: the module paths of earlier releases, still importable with a warning.
 """
