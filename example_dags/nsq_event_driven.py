@@ -49,7 +49,7 @@ from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTr
 from airflow.sdk import AssetWatcher, dag, task
 
 from airflow_provider_nsq.assets import nsq_asset
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.links import link_to_nsqadmin
 from airflow_provider_nsq.operators.nsq import NSQMultiPublishOperator
 

@@ -67,7 +67,7 @@ try:  # the [apache-spark] extra: Airflow's Spark provider
 except ImportError:  # e.g. the quick start's install: the DAGs parse, the gate's runs skip
     SparkSubmitOperator = None
 
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.operators.nsq import NSQMultiPublishOperator, NSQPublishOperator
 from airflow_provider_nsq.sensors.nsq import NSQSensor

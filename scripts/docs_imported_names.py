@@ -2,7 +2,7 @@
 the names it defines and the names it re-exports from its own package (a package's
 ``__init__`` or a module that gathers its siblings), never the helpers it imports from
 another layer, even when its ``__all__`` re-exports them for old imports (the sensor's
-``import_callable``, at home in ``client.records``, is documented there).
+``import_callable``, at home in ``client.message``, is documented there).
 """
 
 from __future__ import annotations

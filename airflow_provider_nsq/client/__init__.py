@@ -21,7 +21,7 @@ Its rooms, from the bottom up:
   once as steps;
 - ``holding/``: messages held while user code runs: the one holder (TOUCH on time,
   answers, give-up to a dead-letter topic, close), and consume-and-apply over it;
-- ``message``, ``records``, ``bodies``, ``backoff``: a delivered message, its JSON-safe
+- ``message``, ``bodies``, ``backoff``: a delivered message and its JSON-safe
   record, user values as message bodies, the one retry-wait policy;
 - ``moved``: the module paths of earlier releases, still importable with a warning.
 """
@@ -35,8 +35,7 @@ from .lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from .bodies import encode_body
-    from .consumer import AsyncNSQConsumer, NSQConsumer
-    from .consumer.windows import ACK_MODES, AckMode
+    from .consumer import ACK_MODES, AckMode, AsyncNSQConsumer, NSQConsumer
     from .drivers.asyncio_driver import AsyncNSQConnection
     from .drivers.blocking_driver import NSQConnection
     from .message import NSQMessage
@@ -46,8 +45,8 @@ if TYPE_CHECKING:
 
 #: Each public name and the module holding it.
 _HOME = {
-    "ACK_MODES": ".consumer.windows",
-    "AckMode": ".consumer.windows",
+    "ACK_MODES": ".consumer",
+    "AckMode": ".consumer",
     "AsyncNSQConnection": ".drivers.asyncio_driver",
     "AsyncNSQConsumer": ".consumer",
     "COMPRESSIONS": ".settings.client_config",

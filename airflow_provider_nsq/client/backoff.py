@@ -20,6 +20,14 @@ import random
 
 from ..protocol.errors import NSQConnectionError, NSQTimeoutError, NSQTLSError, NSQValueError
 
+__all__ = [
+    "RECONNECT_MAX_S",
+    "RECONNECT_START_S",
+    "Backoff",
+    "nsqd_unreachable",
+    "reconnect_backoff",
+]
+
 #: Reconnecting to an nsqd that cannot be reached (refused, dropped, timed out): the
 #: first wait's ceiling, in seconds ...
 RECONNECT_START_S = 1.0

@@ -22,7 +22,7 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, 
 from ..client.consumer import NSQConsumer
 from ..client.holding.apply import ApplySettings, ConsumeApply, Counted, Timed
 from ..client.holding.dead_letters import DeadLetterPublisher
-from ..client.records import import_callable
+from ..client.message import import_callable
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook
 from ..lineage import sensor_lineage
@@ -101,7 +101,7 @@ class NSQConsumeOperator(BaseOperator):
 
     The function gets the message's record, the dict the sensor's XCom and the event
     trigger's asset events carry (``id``, ``body`` (text, or base64 when ``body_encoding
-    == "base64"``; :func:`~airflow_provider_nsq.client.records.decode_record_body` gives the
+    == "base64"``; :func:`~airflow_provider_nsq.client.message.decode_record_body` gives the
     bytes), ``body_encoding``, ``attempts``, ``timestamp``, ``topic``, ``channel``,
     ``nsqd``), or a list of them; as Apache's Kafka operator does, it is called as
     ``function(*apply_function_args, record, **apply_function_kwargs)``.

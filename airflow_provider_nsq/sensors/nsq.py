@@ -40,8 +40,7 @@ from airflow.providers.common.compat.sdk import (
 
 from ..client.backoff import Backoff, nsqd_unreachable
 from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
-from ..client.message import NSQMessage
-from ..client.records import MessageFilter, import_callable, message_record
+from ..client.message import MessageFilter, NSQMessage, import_callable, message_record
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.consumer import NSQConsumerHook
 from ..hooks.nsq import NSQHook

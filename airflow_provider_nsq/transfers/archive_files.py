@@ -4,7 +4,7 @@ name and renamed (:func:`store`), so that a store never shows a partial file und
 final name.
 
 A file holds JSON lines (``jsonl``: the message's record,
-:func:`~..client.records.message_record`: ``id``, ``body`` (text, or base64 when not UTF-8, ``body_encoding``
+:func:`~..client.message.message_record`: ``id``, ``body`` (text, or base64 when not UTF-8, ``body_encoding``
 says which), ``attempts``, ``timestamp`` (ns), ``topic``, ``channel``, ``nsqd``) or the
 raw bodies, one per line (``raw``, as nsq_to_file writes them: a body holding a newline
 spans two lines), optionally gzip-compressed.
@@ -28,8 +28,7 @@ from typing import IO, Any, Literal
 
 from airflow.providers.common.compat.sdk import ObjectStoragePath
 
-from ..client.message import NSQMessage
-from ..client.records import message_record
+from ..client.message import NSQMessage, message_record
 
 FileFormat = Literal["jsonl", "raw"]
 Compression = Literal["gzip"] | None

@@ -79,7 +79,7 @@ from ..client.backoff import reconnect_backoff
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
 from ..client.holding.dead_letters import AsyncDeadLetterPublisher
 from ..client.holding.holder import AsyncMessageHolder
-from ..client.records import MessageFilter, import_callable, message_record
+from ..client.message import MessageFilter, import_callable, message_record
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds, parse_seconds
 from ..hooks.consumer import NSQConsumerHook
 from ..metrics import emitter

@@ -17,7 +17,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_provider_nsq import metrics
 from airflow_provider_nsq.client import NSQConnection
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
 from airflow_provider_nsq.protocol.errors import NSQPoisonMessageError, NSQValueError
 from tests.dags import nsq_consume_dags

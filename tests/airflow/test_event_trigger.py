@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQTLSError, NSQValueError
 from airflow_provider_nsq.triggers.nsq_event import ACK_MODE, NSQEventTrigger
 

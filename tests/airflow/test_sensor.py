@@ -17,7 +17,7 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_provider_nsq.client import NSQConnection
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQValueError
 from airflow_provider_nsq.sensors.nsq import NSQSensor
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger

@@ -18,7 +18,7 @@ import structlog
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout, TaskDeferred
 
 from airflow_provider_nsq.client import NSQConsumer
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQConnectionError
 from airflow_provider_nsq.sensors.nsq import NSQSensor
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger

@@ -13,7 +13,7 @@ from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from airflow_provider_nsq.client.holding.apply import ApplySettings, ConsumeApply
 from airflow_provider_nsq.client.holding.dead_letters import MAX_ERROR_CHARS, dead_letter_envelope
 from airflow_provider_nsq.client.holding.function_thread import FunctionThread
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 
 REQUEST = contextvars.ContextVar("REQUEST", default="unset")
 

@@ -1,6 +1,6 @@
 """The consumer's sequences with no socket and a clock of the test's own.
 
-The sequences (:mod:`airflow_provider_nsq.client.consumer.sequences`) only yield steps;
+The sequences (:mod:`airflow_provider_nsq.client.consumer._sequences`) only yield steps;
 here a scripted runner performs them on fake connections: it answers ``Now`` and
 ``Wait`` from a fake clock, opens fake connections for ``Connect``, records every RDY,
 FIN, REQ and TOUCH of a ``Send``. So timing policies (RDY re-plans, rotation, reconnect
@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.client.consumer import ConsumerState, ConsumerSteps
-from airflow_provider_nsq.client.consumer.ledger import TOUCH_AFTER_SHARE
+from airflow_provider_nsq.client.consumer import TOUCH_AFTER_SHARE, ConsumerState, ConsumerSteps
 from airflow_provider_nsq.client.message import NSQMessage, bound_message_class
 from airflow_provider_nsq.client.runners.steps import (
     Abort,
@@ -351,6 +350,51 @@ def test_a_skipped_nsqd_is_announced_for_a_next_try_only_when_one_will_come(
     while len(runner.connects) < 4 and runner.clock.now < started + 2:
         runner.run(stream.read_steps(0.1))
     assert NSQDS[2] in runner.connects[-1][1]  # and the stream did try it again
+
+
+def waits_of(runner: ScriptedRunner) -> list[float]:
+    """Record the timeout of every wait ``runner`` performs from now on."""
+    waits: list[float] = []
+    perform = runner.perform
+
+    def recording(step: Step[Any]) -> Any:
+        if isinstance(step, Wait):
+            waits.append(round(step.timeout, 3))
+        return perform(step)
+
+    runner.perform = recording  # type: ignore[method-assign]
+    return waits
+
+
+def test_a_stream_on_one_nsqd_waits_for_a_delivery_without_waking_meanwhile() -> None:
+    # With one nsqd nothing changes with the clock alone (its RDY share is the whole
+    # budget): a read waits once, for a delivery or its timeout. With two, who is busy
+    # changes with time, so the read wakes to look at the RDY split.
+    runner = ScriptedRunner()
+    one = consumer_of(NSQDS[:1])
+    runner.run(one.start_steps(5))
+    waits = waits_of(runner)
+    assert runner.run(one.read_steps(3.0)) == []
+    assert waits == [3.0]
+    two = consumer_of(NSQDS[:2])
+    runner.run(two.start_steps(5))
+    waits.clear()
+    runner.run(two.read_steps(0.5))
+    assert len(waits) >= 5 and max(waits) <= 0.1
+
+
+def test_one_nsqd_is_sent_its_rdy_once_however_many_messages_come() -> None:
+    runner = ScriptedRunner()
+    consumer = consumer_of(NSQDS[:1])
+    started = runner.clock.now
+    runner.run(consumer.start_steps(5))
+    conn = runner.opened[0]
+    for _ in range(20):
+        conn.deliver(3)
+        got = runner.run(consumer.read_steps(1.0))
+        runner.clock.now += 0.3  # quiet, then busy again: nothing the split needs
+        conn.write("FIN", got, 0)  # nsqd refills RDY by itself as messages are answered
+    assert conn.rdy_history == [(started, 5)]
 
 
 def test_touch_held_touches_each_held_message_once_a_third_of_msg_timeout_passed() -> None:

@@ -25,7 +25,7 @@ from airflow_provider_nsq.client.holding.dead_letters import (
 )
 from airflow_provider_nsq.client.holding.function_thread import FunctionThread
 from airflow_provider_nsq.client.holding.holder import AsyncMessageHolder, MessageHolder
-from airflow_provider_nsq.client.records import decode_record_body
+from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQStateError
 
 CHANNEL = "holder"

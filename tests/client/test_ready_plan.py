@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from airflow_provider_nsq.client.consumer.rdy_plan import keep_within, plan_ready
+from airflow_provider_nsq.client.consumer._rdy_split import keep_within, plan_ready
 
 
 def test_an_even_split_spreads_the_remainder_as_gnsq_does() -> None:

@@ -1,6 +1,6 @@
 """The docs and the example DAGs import each of the provider's names from one module:
 a reader who copies two pages gets one import, and the API reference has one home for
-it (``decode_record_body`` lives in ``airflow_provider_nsq.client.records``)."""
+it (``decode_record_body`` lives in ``airflow_provider_nsq.client.message``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_each_name_is_imported_from_one_module() -> None:
     assert {name: mods for name, mods in _imports().items() if len(mods) > 1} == {}
 
 
-def test_decode_record_body_is_imported_from_client_records_and_is_there() -> None:
-    assert set(_imports()["decode_record_body"]) == {"airflow_provider_nsq.client.records"}
-    records = importlib.import_module("airflow_provider_nsq.client.records")
+def test_decode_record_body_is_imported_from_client_message_and_is_there() -> None:
+    assert set(_imports()["decode_record_body"]) == {"airflow_provider_nsq.client.message"}
+    records = importlib.import_module("airflow_provider_nsq.client.message")
     assert records.decode_record_body({"body": "aGk=", "body_encoding": "base64"}) == b"hi"

@@ -2,7 +2,7 @@
 
 - :mod:`.holder`: the one owner of a consumer while its messages are held (TOUCH on
   time, answers from one place, give-up to a dead-letter topic, close REQs the rest), in
-  a blocking form and an asyncio sibling;
+  a blocking form and an asyncio sibling that share everything but their I/O;
 - :mod:`.dead_letters`: the one dead-letter envelope, and publishing it with failover;
 - :mod:`.apply`: consume and apply: a function called on each message (or batch), FIN
   when it returns, REQ with backoff when it raises, give-up after ``max_attempts``;

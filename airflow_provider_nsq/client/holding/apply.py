@@ -51,8 +51,7 @@ from typing import Any, Literal, NamedTuple, Protocol, get_args
 from ...protocol.errors import NSQPoisonMessageError, NSQValueError
 from ..backoff import Backoff
 from ..consumer import NSQConsumer
-from ..message import NSQMessage, answer_or_log
-from ..records import message_record
+from ..message import NSQMessage, answer_or_log, message_record
 from .dead_letters import DeadLetterPublisher
 from .function_thread import FunctionThread
 from .holder import MessageHolder
@@ -200,7 +199,7 @@ class ConsumeApply:
 
     :param consumer: a consumer not yet started (it is started, then closed, by :meth:`run`).
     :param function: called with one record (or a list of them, ``batch``): the dicts of
-        :func:`~..records.message_record`, never the live message, so it cannot answer
+        :func:`~..message.message_record`, never the live message, so it cannot answer
         nsqd from its thread.
     :param topic: the topic the consumer reads (named in records and envelopes).
     :param channel: its channel.

@@ -13,10 +13,10 @@ A message is set aside for one of two reasons (the envelope's ``reason``):
 - ``"rejected"``: every filter rejected it (the event trigger: no asset event wanted
   it); ``error`` is null.
 
-The envelope is the message's record (:func:`~..records.message_record`: ``id``,
+The envelope is the message's record (:func:`~..message.message_record`: ``id``,
 ``body``, ``body_encoding``, ``attempts``, ``timestamp``, ``topic``, ``channel``,
 ``nsqd``, the keys the sensor's XCom and the event trigger's asset events carry; so
-:func:`~..records.decode_record_body` gives the original bytes back) and what happened:
+:func:`~..message.decode_record_body` gives the original bytes back) and what happened:
 
 - ``reason``: ``"max_attempts"`` or ``"rejected"``, as above;
 - ``error``: ``{"type": <exception class>, "message": <its text>}`` or null, the text as
@@ -42,9 +42,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from ...protocol.names import validate_topic_name
 from ..bodies import encode_body
-from ..message import NSQMessage
+from ..message import NSQMessage, message_record
 from ..producer import AsyncNSQProducer, NSQProducer
-from ..records import message_record
 from ..settings.client_config import ClientConfig
 
 #: Why a message was set aside (the envelope's ``reason``).

@@ -4,14 +4,18 @@ Every nsqd is connected at once (one task each), every sequence of a
 :class:`~.steps.Gather` runs as a task of its own, and a :class:`~.steps.Wait` ends when
 a connection wakes the runner (its ``on_wake``: messages arrived, or it failed).
 Heartbeats are answered by the event loop as they arrive, whatever the caller does.
+
+:func:`awaitable` makes a sequence a coroutine method that runs it here (the asyncio
+consumer's ``consume``, ``read`` and ``close``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Generator
-from typing import TypeVar
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ...protocol.errors import NSQError
 from ..drivers.asyncio_driver import AsyncNSQConnection
@@ -35,6 +39,9 @@ from .steps import (
     send,
 )
 
+__all__ = ["AsyncRunner", "arun", "awaitable"]
+
+P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
@@ -157,6 +164,20 @@ class AsyncRunner:
 async def arun(steps: Runnable[HTTPStep, T]) -> T:
     """Drive ``steps`` on the running loop (a sequence of HTTP calls: no state to keep)."""
     return await AsyncRunner().run(steps)
+
+
+def awaitable(
+    steps: Callable[Concatenate[Any, P], Runnable[Step[AsyncNSQConnection], T]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """The sequence method ``steps`` as a coroutine method that runs it on its object's
+    runner (its ``_runner``, an :class:`AsyncRunner`) and returns what it returns."""
+
+    @functools.wraps(steps)
+    async def call(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._runner.run(steps(self, *args, **kwargs))
+
+    call.__name__ = call.__qualname__ = steps.__name__.removesuffix("_steps")
+    return call
 
 
 def _carried(outcomes: list[R | BaseException]) -> list[R | NSQError]:

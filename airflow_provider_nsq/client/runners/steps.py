@@ -37,7 +37,6 @@ asyncio driver's), and each runner takes only sequences of its own (:data:`Step`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Literal, Never, Protocol, TypeAlias, TypeVar
@@ -49,7 +48,32 @@ from ..transport.http_request import HTTPRequest, HTTPResponse
 if TYPE_CHECKING:
     from ..settings.client_config import ClientConfig
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "NOW",
+    "Abort",
+    "Close",
+    "Connect",
+    "Gather",
+    "HTTPStep",
+    "HTTPSteps",
+    "Now",
+    "Opened",
+    "Runnable",
+    "Send",
+    "StartClose",
+    "Step",
+    "Steps",
+    "Verb",
+    "Wait",
+    "Writable",
+    "Write",
+    "WriteStep",
+    "WriteSteps",
+    "answers",
+    "drive",
+    "fail_on_error",
+    "send",
+]
 
 #: The connections a step names: the driver of the runner that performs it
 #: (:class:`~..drivers.blocking_driver.NSQConnection` or
@@ -258,7 +282,8 @@ def send(step: Send) -> list[NSQError | None]:
 
 def answers(messages: Sequence[NSQMessage], verb: Verb, delay_ms: int = 0) -> tuple[Write, ...]:
     """FIN, REQ or TOUCH ``messages`` as writes: one per connection that delivered them
-    (messages of a connection that is gone are left out, with a warning)."""
+    (messages of a connection that is gone are left out, with a warning; the same
+    grouping as :func:`~..message.answer`, which writes at once)."""
     return tuple(Write(conn, verb, group, delay_ms) for conn, group in by_connection(messages))
 
 
@@ -267,13 +292,3 @@ def fail_on_error(outcomes: Sequence[NSQError | None]) -> None:
     for outcome in outcomes:
         if outcome is not None:
             raise outcome
-
-
-def answer(messages: Sequence[NSQMessage], verb: Verb, delay_ms: int = 0) -> None:
-    """FIN, REQ or TOUCH ``messages`` now, each on the connection that delivered it, one
-    write per connection: the batch form of the messages' own ``finish()``,
-    ``requeue(delay_ms)`` and ``touch()``, performed as a runner performs a
-    :class:`Send`. Raises the first write's error."""
-    writes = answers(messages, verb, delay_ms)
-    if writes:
-        fail_on_error(send(Send(writes)))

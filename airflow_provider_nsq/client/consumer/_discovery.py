@@ -1,10 +1,12 @@
 """Finding the nsqds: which ones a consumer should read from (a static list, or every
 nsqlookupd asked again each poll interval), and when to try again one that could not be
-reached."""
+reached. The consumer core (:mod:`._core`) comes here only when a lookup or a retry is
+due (it reads :attr:`Discovery.next_poll`)."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from ...protocol.errors import NSQError
@@ -25,7 +27,8 @@ class Discovery:
     nsqlookupd answered last, asked again every ``poll_interval`` seconds.
 
     :attr:`wanted` is every nsqd address to read from, as last known; :attr:`producers`
-    the last lookup's answer (lookupd only).
+    the last lookup's answer (lookupd only); :attr:`next_poll` when nsqlookupd is to be
+    asked again (``time.monotonic()`` seconds; never without a lookupd).
     """
 
     def __init__(
@@ -41,14 +44,10 @@ class Discovery:
         self.poll_interval = poll_interval
         self.wanted: list[str] = []
         self.producers: list[Producer] = []
-        self._next_poll = 0.0
+        self.next_poll = 0.0 if lookupd is not None else math.inf
 
     def __repr__(self) -> str:
         return f"lookupd {self.lookupd!r}" if self.lookupd else ", ".join(self.static)
-
-    def poll_due(self, now: float) -> bool:
-        """Whether nsqlookupd should be asked again."""
-        return self.lookupd is not None and now >= self._next_poll
 
     def discover_steps(self, now: float) -> HTTPSteps[list[str]]:
         """Ask every nsqlookupd (or take the static list); every address to read from.
@@ -61,7 +60,7 @@ class Discovery:
     def lookup_failed(self, exc: NSQError, now: float, connected: int) -> None:
         """A re-poll found no lookupd: keep what is connected, try again sooner."""
         log.warning("%s; keeping the %s connection(s) open", exc, connected)
-        self._next_poll = now + min(self.poll_interval, EMPTY_POLL_INTERVAL_S)
+        self.next_poll = now + min(self.poll_interval, EMPTY_POLL_INTERVAL_S)
 
     def _record(self, producers: Sequence[Producer] | None, now: float) -> list[str]:
         if producers is None:
@@ -72,7 +71,8 @@ class Discovery:
         interval = self.poll_interval
         if not self.wanted:
             interval = min(interval, EMPTY_POLL_INTERVAL_S)
-        self._next_poll = now + interval
+        if self.lookupd is not None:
+            self.next_poll = now + interval
         return list(self.wanted)
 
 
