@@ -22,15 +22,13 @@ Its rooms, from the bottom up:
 - ``holding/``: messages held while user code runs: the one holder (TOUCH on time,
   answers, give-up to a dead-letter topic, close), and consume-and-apply over it;
 - ``message``, ``records``, ``bodies``, ``backoff``: a delivered message, its JSON-safe
-  record, user values as message bodies, the one retry-wait policy;
-- ``moved``: the module paths of earlier releases, still importable with a warning.
+  record, user values as message bodies, the one retry-wait policy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import moved
 from .lazy_names import lazy_names
 
 if TYPE_CHECKING:
@@ -79,4 +77,3 @@ __all__ = [
 
 
 __getattr__, __dir__ = lazy_names(globals(), _HOME)
-moved.install()
