@@ -13,7 +13,7 @@ from typing import Any
 from ..client import AsyncNSQConsumer
 from ..client.backoff import reconnect_backoff
 from ..client.consumer import UNREACHABLE
-from ..client.holding.dead_letters import AsyncDeadLetterPublisher
+from ..client.holding.asyncio_dead_letters import AsyncDeadLetterPublisher
 from ..client.holding.holder import AsyncMessageHolder
 from ..protocol.errors import NSQTLSError
 

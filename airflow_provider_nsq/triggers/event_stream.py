@@ -14,7 +14,7 @@ from typing import Any
 
 from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S
-from ..client.holding.dead_letters import AsyncDeadLetterPublisher
+from ..client.holding.asyncio_dead_letters import AsyncDeadLetterPublisher
 from ..client.holding.holder import AsyncMessageHolder
 from ..client.message import answer_or_log
 from ..client.records import message_record

@@ -7,9 +7,8 @@ import asyncio
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer, nsqd_addresses
-from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError
+from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer
+from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError, NSQValueError
 from tests.client.net import TCPProxy, closed_port
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
 
@@ -101,11 +100,15 @@ def test_no_nsqd_reachable_names_each() -> None:
         NSQProducer([single]).publish("t", b"x")
 
 
-def test_a_connections_nsqd_list_is_its_host_first_then_the_extra_deduplicated() -> None:
-    config = ClientConfig(host="a", port=4150)
-    assert nsqd_addresses(config) == ["a:4150"]
-    assert nsqd_addresses(config, "b:1, a:4150, c, b:1") == ["a:4150", "b:1", "c:4150"]
-    assert nsqd_addresses(config, ["[::1]:5"]) == ["a:4150", "[::1]:5"]
+def test_a_producers_nsqd_list_is_in_order_normalised_and_deduplicated() -> None:
+    for given in ("b:1, a:4150, a, c, b:1", ["b:1", "a:4150", "a", "c", "b:1"]):
+        for _ in range(2):  # parsed once, then remembered: the same answer
+            producer = NSQProducer(given)
+            assert producer.addresses == ["b:1", "a:4150", "c:4150"]
+            producer.addresses.append("x:1")  # a producer's own list
+    assert AsyncNSQProducer(("[::1]:5",)).addresses == ["[::1]:5"]
+    with pytest.raises(NSQValueError, match="entries must be strings"):
+        NSQProducer([["a:1"]])  # type: ignore[list-item]
 
 
 # -- the asyncio sibling: the same policy on the event loop ------------------------------

@@ -42,7 +42,7 @@ from ..backoff import Backoff
 from ..consumer import NSQConsumer
 from ..message import NSQMessage, answer_or_log
 from ..records import message_record
-from .dead_letters import DeadLetterPublisher
+from .blocking_dead_letters import DeadLetterPublisher
 from .function_thread import FunctionThread
 from .holder import MessageHolder
 

@@ -41,11 +41,9 @@ from typing import Any
 from ...protocol.errors import NSQError, NSQStateError
 from ..consumer import AsyncNSQConsumer, CallingAs, NSQConsumer
 from ..message import NSQMessage, answer_or_log
-from .dead_letters import (
-    AsyncDeadLetterPublisher,
-    DeadLetterPublisher,
-    Reason,
-)
+from .asyncio_dead_letters import AsyncDeadLetterPublisher
+from .blocking_dead_letters import DeadLetterPublisher
+from .dead_letters import Reason
 
 log = logging.getLogger(__name__)
 
