@@ -21,6 +21,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/generate_blocking.py --check
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -41,7 +41,7 @@ REPLACEMENTS: dict[str, str] = {
 }
 
 
-def _header(source: str, generated: str) -> str:
+def _header(source: str) -> str:
     """The generated module's opening: what it is and where it comes from (the source's
     own module docstring is not copied: it describes the asyncio form)."""
     name = Path(source).stem
@@ -97,7 +97,7 @@ def generate(source: str, generated: str) -> str:
         )
         unasync.unasync_files([str(copy)], [rule])
         text = (Path(tmp) / Path(generated).name).read_text(encoding="utf-8")
-    text = _header(source, generated) + _without_docstring(text)
+    text = _header(source) + _without_docstring(text)
     return _formatted(text, CLIENT / generated)
 
 
