@@ -234,7 +234,7 @@ class ClientConnection:
         if not out:
             return b""
         data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
+        self._out = []  # a new list costs less than clearing this one
         if self._codec is not None:
             data = self._codec.compress(data)
         return data
@@ -502,7 +502,8 @@ class ClientConnection:
             while True:
                 if self.state is _HANDSHAKING:
                     self._handshake_events(out)
-                if self.state is not _HANDSHAKING and self.state is not _FAILED:
+                state = self.state
+                if state is not _HANDSHAKING and state is not _FAILED and self._decoder.undecoded:
                     self._steady_events(self._decoder.frames(), out)
                 if not self._inflate():
                     break

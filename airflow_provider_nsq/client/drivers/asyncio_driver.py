@@ -547,29 +547,29 @@ class AsyncNSQConnection(AsyncioIO):
         right before, with no ``await`` in between (the producer does: a failure here
         is one before any byte of the command was written, which may fail over).
         """
+        self._ready = None  # asked again, answered anew
         self._ready = self._usable_core() or await self._reconnected_core()
 
     async def publish(self, topic: str, body: bytes) -> None:
         """PUB one message; returns after nsqd's OK."""
-        (self._publishing_core() or await self._reconnected_core()).pub(topic, body)
+        (self._usable_core() or await self._reconnected_core()).pub(topic, body)
         await self._request()
 
     async def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
         """DPUB: nsqd delivers the message ``delay_ms`` after it is published."""
-        core = self._publishing_core() or await self._reconnected_core()
+        core = self._usable_core() or await self._reconnected_core()
         core.dpub(topic, delay_ms, body)
         await self._request()
 
-    def _publishing_core(self) -> ClientConnection | None:
-        """The core to publish on: the one :meth:`prepare_publish` just found usable, or
-        the answer of that same check now (None: a (re)connect must come first)."""
-        core, self._ready = self._ready, None
-        return core if core is not None else self._usable_core()
-
     def _usable_core(self) -> ClientConnection | None:
-        """The check of :meth:`prepare_publish`: the core when the connection is up and
-        not idle past nsqd's heartbeat deadline; None when a (re)connect must come
-        first."""
+        """The core to publish on: the one :meth:`prepare_publish` just found usable (that
+        answer is used once), or the answer of the same check now: the core when the
+        connection is up and not idle past nsqd's heartbeat deadline; None when a
+        (re)connect must come first."""
+        core = self._ready
+        if core is not None:
+            self._ready = None
+            return core
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
         core = self._core
@@ -590,7 +590,7 @@ class AsyncNSQConnection(AsyncioIO):
 
     async def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
         """MPUB in as few frames as fit nsqd's limits; returns the frame count."""
-        core = self._publishing_core() or await self._reconnected_core()
+        core = self._usable_core() or await self._reconnected_core()
         counts = queue_mpub(core, topic, bodies)
         self._flush()
         replies = self._replies

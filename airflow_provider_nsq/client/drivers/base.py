@@ -293,7 +293,7 @@ class DriverBase:
         cfg = self.config
         self.connects += 1
         self._core = ClientConnection(
-            identify=cfg.identify_fields(),
+            identify=cfg.identify_fields,
             auth_secret=cfg.auth_secret.encode() if cfg.auth_secret else None,
             max_msg_size=cfg.max_msg_size,
             max_body_size=cfg.max_body_size,

@@ -176,7 +176,8 @@ class BlockingSocket:
             if self._kernel:
                 if timeout <= 0:
                     return sock.recv_into(self.buffer, 0, socket.MSG_DONTWAIT)
-                if abs(timeout - self._recv_timeout) > SLACK_S:
+                change = timeout - self._recv_timeout
+                if change > SLACK_S or change < -SLACK_S:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(timeout))
                     self._recv_timeout = timeout
                 return sock.recv_into(self.buffer)
@@ -292,7 +293,12 @@ class BlockingIO(AnsweringDriver):
             if self._failure is not None:
                 raise self._failure
             timeout = self.config.read_timeout
-            deadline = time.monotonic() + timeout
+            # Counted from the last progress: the command's write (just now), or a reply
+            # since (an MPUB's earlier frames). Both were stamped already: no clock call.
+            last = self._last_write
+            if self.last_received > last:
+                last = self.last_received
+            deadline = last + timeout
             remaining = timeout
             # Usually one read brings the reply and nothing else.
             while self._read_once(remaining) and not replies:
@@ -497,17 +503,18 @@ class NSQConnection(BlockingIO):
         it right before that publish (the producer does: a failure here is one before
         any byte of the command was written, which may fail over to another nsqd).
         """
+        self._ready = None  # asked again, answered anew
         self._ready = self._usable_core()
 
     def publish(self, topic: str, body: bytes) -> None:
         """PUB one message; returns after nsqd's OK."""
-        self._publishing_core().pub(topic, body)
+        self._usable_core().pub(topic, body)
         self._flush()
         self._wait_reply("PUB")
 
     def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
         """DPUB: nsqd delivers the message ``delay_ms`` after it is published."""
-        self._publishing_core().dpub(topic, delay_ms, body)
+        self._usable_core().dpub(topic, delay_ms, body)
         self._flush()
         self._wait_reply("DPUB")
 
@@ -517,7 +524,7 @@ class NSQConnection(BlockingIO):
         Every body is checked before anything is sent. The frames are pipelined; if nsqd
         refuses one, the error says how many frames (and messages) it had accepted.
         """
-        counts = queue_mpub(self._publishing_core(), topic, bodies)
+        counts = queue_mpub(self._usable_core(), topic, bodies)
         self._flush()
         for done in range(len(counts)):
             try:
@@ -526,14 +533,13 @@ class NSQConnection(BlockingIO):
                 raise mpub_failed(exc, done, counts) from exc if done else None
         return len(counts)
 
-    def _publishing_core(self) -> ClientConnection:
-        """The core to publish on: the one :meth:`prepare_publish` just found usable, or
-        the answer of that same check now."""
-        core, self._ready = self._ready, None
-        return core if core is not None else self._usable_core()
-
     def _usable_core(self) -> ClientConnection:
-        """The check of :meth:`prepare_publish`: the core, ready for a publish."""
+        """The core to publish on: the one :meth:`prepare_publish` just found usable (that
+        answer is used once), or the answer of the same check now."""
+        core = self._ready
+        if core is not None:
+            self._ready = None
+            return core
         core = self._core
         if core is None or core.state in CLOSED_STATES:
             return self._reopen("the connection is closed")

@@ -129,11 +129,11 @@ class ConnectionSettings:
             raise NSQSettingError(exc.setting, exc.reason) from None
         return cls(client=config, **{k: v for k, v in values.items() if k in own})
 
-    @property
+    @functools.cached_property
     def nsqds(self) -> list[str]:
         """Every nsqd, in order: the client's host:port, then ``nsqd_tcp_addresses``
         (each once). Publishing fails over along this list; without nsqlookupd,
-        consumers read from all of them."""
+        consumers read from all of them. Worked out once: do not change it."""
         return list(dict.fromkeys((self.client.address, *self.nsqd_tcp_addresses)))
 
     def consumer_options(self) -> dict[str, Any]:
