@@ -234,7 +234,7 @@ class ClientConnection:
         if not out:
             return b""
         data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []  # a new list costs less than clearing this one
+        out.clear()
         if self._codec is not None:
             data = self._codec.compress(data)
         return data

@@ -69,6 +69,7 @@ KERNEL_TIMEOUTS = sys.platform == "linux"
 #: A wait may last this much longer than asked: a timeout is set again (a system call)
 #: only when it changes by more, not for each wait's slightly smaller remainder.
 SLACK_S = 0.01
+_MINUS_SLACK_S = -SLACK_S
 
 _TIMEVAL = struct.Struct("@ll")  # Linux's struct timeval: seconds, microseconds
 _NO_BUFFER = bytearray()  # what a closed socket holds instead of its buffer
@@ -177,7 +178,7 @@ class BlockingSocket:
                 if timeout <= 0:
                     return sock.recv_into(self.buffer, 0, socket.MSG_DONTWAIT)
                 change = timeout - self._recv_timeout
-                if change > SLACK_S or change < -SLACK_S:
+                if change > SLACK_S or change < _MINUS_SLACK_S:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(timeout))
                     self._recv_timeout = timeout
                 return sock.recv_into(self.buffer)
@@ -257,6 +258,7 @@ class BlockingIO(AnsweringDriver):
         super().__init__(config)
         self._io: BlockingSocket | None = None
         self._replies: deque[bytes] = deque()
+        self._read_timeout = self.config.read_timeout  # read per command
 
     # -- for a selector over many connections (the consumer) -------------------------
 
@@ -292,7 +294,7 @@ class BlockingIO(AnsweringDriver):
         if not replies:
             if self._failure is not None:
                 raise self._failure
-            timeout = self.config.read_timeout
+            timeout = self._read_timeout
             # Counted from the last progress: the command's write (just now), or a reply
             # since (an MPUB's earlier frames). Both were stamped already: no clock call.
             last = self._last_write
@@ -332,7 +334,7 @@ class BlockingIO(AnsweringDriver):
         io = self._io
         assert io is not None
         try:
-            io.send_all(data, self.config.read_timeout)
+            io.send_all(data, self._read_timeout)
         except TimeoutError:
             # nsqd stopped reading (it may have answered first: say so if it did).
             unsent = io.unsent

@@ -30,6 +30,14 @@ from ...version import __version__
 from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from .fields import check_fields, setting
 
+__all__ = [
+    "COMPRESSIONS",
+    "DEFAULT_USER_AGENT",
+    "MAX_READ_TIMEOUT_S",
+    "ClientConfig",
+    "Compression",
+]
+
 Compression = Literal["none", "snappy", "deflate"]
 COMPRESSIONS: tuple[str, ...] = get_args(Compression)
 

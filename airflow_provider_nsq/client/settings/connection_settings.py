@@ -20,6 +20,8 @@ from .address import nsqd_tcp_address, parse_lookupd_address
 from .client_config import ClientConfig
 from .fields import Setting, SettingSource, check_fields, setting, settings_of
 
+__all__ = ["ConnectionSettings", "lookupd_http_address"]
+
 
 def _nsqd_tcp_entry(raw: str) -> str:
     """An entry of ``nsqd_tcp_addresses`` as stored: ``host:port`` (a bare host means
