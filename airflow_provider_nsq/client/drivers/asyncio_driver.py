@@ -341,7 +341,8 @@ class AsyncioIO(AnsweringDriver):
 
     def _on_data(self, data: bytes | memoryview) -> None:
         try:
-            self._receive(data)
+            if self._receive(data):
+                self._message_event.set()
         except NSQError:
             return  # recorded: _fail woke every waiter with it
         core = self._core
@@ -360,10 +361,6 @@ class AsyncioIO(AnsweringDriver):
     def _reply_arrived(self, data: bytes) -> None:
         if self._replies is not None:
             self._replies.arrived(data)
-
-    def _messages_arrived(self) -> None:
-        self._message_event.set()
-        super()._messages_arrived()
 
     def _fail(self, error: NSQError) -> None:
         super()._fail(error)

@@ -246,21 +246,17 @@ class DriverBase:
         """Drop the transport and the protocol state (no REQ, no waiting)."""
         raise NotImplementedError
 
-    def _messages_arrived(self) -> None:
-        """``self._messages`` grew (a waiting reader may wake)."""
-        if self.on_wake is not None:
-            self.on_wake()
-
     # -- input: one dispatch for both drivers -----------------------------------------
 
-    def _receive(self, data: bytes | memoryview) -> None:
+    def _receive(self, data: bytes | memoryview) -> bool:
         """Feed bytes read from the transport (``b""``: EOF) to the core and act on the
-        events they complete; the caller then flushes what the core queued (a NOP for a
-        heartbeat, AUTH once IDENTIFY asked for it). Invalid bytes are recorded as the
-        failure and raised."""
+        events they complete; True when messages arrived (the owner's ``on_wake`` was
+        called; a driver's own waiting reader is the driver's to wake). The caller then
+        flushes what the core queued (a NOP for a heartbeat, AUTH once IDENTIFY asked for
+        it). Invalid bytes are recorded as the failure and raised."""
         core = self._core
         if core is None:
-            return
+            return False
         core.receive_data(data)
         try:
             messages, events = core.messages_and_events()
@@ -270,7 +266,8 @@ class DriverBase:
         if messages:
             self._messages += messages  # type: ignore[arg-type]
             self._in_flight += len(messages)
-            self._messages_arrived()
+            if self.on_wake is not None:
+                self.on_wake()
         for event in events:
             if isinstance(event, Reply):
                 if event.command not in HANDSHAKE_REPLIES:
@@ -285,6 +282,7 @@ class DriverBase:
             elif isinstance(event, StartTLS):
                 self._start_tls()
             # Heartbeat: the core queued the NOP; the caller writes it.
+        return bool(messages)
 
     # -- shared bookkeeping -----------------------------------------------------------
 
