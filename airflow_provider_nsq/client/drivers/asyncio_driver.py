@@ -55,27 +55,22 @@ _READY = ConnectionState.READY
 _HANDSHAKING = ConnectionState.HANDSHAKING
 
 
-# -- the commands waiting for nsqd's reply ------------------------------------------
-#
-# The commands of one asyncio connection that wait for nsqd's reply, and the one timer
-# that bounds their wait.
-#
-# nsqd answers in order, so the replies are matched to a FIFO of futures; several tasks
-# may publish on one connection at once and their commands are pipelined. A caller that
-# is cancelled leaves its future in place: it still takes its reply, so every later reply
-# goes to its own command.
-#
-# A wait ends with :class:`NSQTimeoutError` once ``timeout`` seconds pass with no reply
-# and no byte of the output taken by nsqd (a large body still draining is progress; a
-# server that stopped reading is not): counted from when the oldest command began to
-# wait, or from the last reply or output progress since. One timer per connection does
-# it, armed while commands wait and re-armed when it fires early: a command costs no
-# timer of its own (no ``call_later`` and ``cancel`` per command), only a clock reading
-# when it is the only one waiting.
-
-
 class ReplyQueue:
-    """The waiting commands of one connection (see the module docstring).
+    """The commands of one connection that wait for nsqd's reply, and the one timer that
+    bounds their wait.
+
+    nsqd answers in order, so the replies are matched to a FIFO of futures; several tasks
+    may publish on one connection at once and their commands are pipelined. A caller
+    that is cancelled leaves its future in place: it still takes its reply, so every
+    later reply goes to its own command.
+
+    A wait ends with :class:`NSQTimeoutError` once ``timeout`` seconds pass with no reply
+    and no byte of the output taken by nsqd (a large body still draining is progress; a
+    server that stopped reading is not): counted from when the oldest command began to
+    wait, or from the last reply or output progress since. One timer per connection does
+    it, armed while commands wait and re-armed when it fires early: a command costs no
+    timer of its own (no ``call_later`` and ``cancel`` per command), only a clock reading
+    when it is the only one waiting.
 
     :param loop: the connection's event loop.
     :param timeout: seconds without a reply or progress after which a wait fails.
@@ -190,18 +185,12 @@ def fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
         future.exception()
 
 
-# -- one (re)connect shared by every caller --------------------------------------------
-#
-# One run of a coroutine that several asyncio callers share.
-#
-# The asyncio driver's (re)connect: the first publisher that finds the connection missing,
-# dropped or idle starts it as a task of its own, the others wait for that task, so a
-# client never holds two connections at once; a caller that is cancelled stops waiting
-# without cancelling the run for the others.
-
-
 class SharedTask:
-    """Runs ``start()`` once for every caller of :meth:`join` until the run ends.
+    """Runs ``start()`` once for every caller of :meth:`join` until the run ends: the
+    (re)connect. The first publisher that finds the connection missing, dropped or idle
+    starts it as a task of its own, the others wait for that task, so a client never
+    holds two connections at once; a caller that is cancelled stops waiting without
+    cancelling the run for the others.
 
     :param start: makes the coroutine to run.
     :param stopped: the error a caller gets when :meth:`stop` ended the run.
