@@ -9,6 +9,7 @@ import pytest
 
 from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer
 from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError, NSQValueError
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.client.net import TCPProxy, closed_port
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
 
@@ -72,6 +73,31 @@ def test_a_failure_after_the_command_was_written_is_an_unknown_outcome_not_a_ret
     text = str(info.value)
     assert "outcome is unknown" in text and f"127.0.0.1:{server.port}" in text
     assert depth(topology.nsqds[0], nsq_topic) == 0  # not sent again elsewhere
+
+
+def test_a_kept_connection_answers_the_heartbeat_waiting_then_publishes_once() -> None:
+    """The producer asks its connection once per publish whether it is usable: the
+    heartbeat that arrived meanwhile is answered before the PUB, and nothing is written
+    twice."""
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command() == ("PUB t", b"one")
+        peer.send_response(b"OK")
+        peer.send_response(b"_heartbeat_")
+        assert peer.read_command() == ("NOP", b"")
+        assert peer.read_command() == ("PUB t", b"two")
+        peer.send_response(b"OK")
+        peer.read_command()
+
+    with ScriptedNSQD(script) as server:
+        with NSQProducer([f"127.0.0.1:{server.port}"]) as producer:
+            producer.publish("t", b"one")
+            io = producer._conn._io  # type: ignore[union-attr]
+            wait_for(io.readable)  # the heartbeat is waiting, not yet read
+            producer.publish("t", b"two")
+            assert producer.connects == 1
+        assert [c[0] for c in server.peers[0].commands] == ["IDENTIFY", "PUB t", "NOP", "PUB t"]
 
 
 def test_nsqds_refusal_is_its_answer_not_a_reason_to_fail_over(nsq_topology, nsq_topic) -> None:

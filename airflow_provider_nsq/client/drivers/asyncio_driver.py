@@ -524,38 +524,50 @@ class AsyncNSQConnection(AsyncioIO):
     # -- publishing ----------------------------------------------------------------
 
     async def prepare_publish(self) -> None:
-        """Decide whether the connection is usable for the next publish, and make it so,
-        without writing anything of that publish: (re)open it when it is not open yet,
-        nsqd closed it, or it sat idle past nsqd's heartbeat deadline (heartbeats are
+        """Decide whether the connection is usable for a publish, and make it so, without
+        writing anything of that publish: (re)open it when it is not open yet, nsqd
+        closed it, or it sat idle past nsqd's heartbeat deadline (heartbeats are
         answered as they arrive). Raises what (re)opening raises.
 
-        The publish that comes next trusts this answer instead of asking again: call it
-        right before, with no ``await`` in between (the producer does: a failure here
-        is one before any byte of the command was written, which may fail over).
+        A publish made right after it with ``prepared=True`` (no ``await`` in between)
+        trusts this answer instead of asking again: so the producer knows that a failure
+        here came before any byte of the command was written (it may fail over to
+        another nsqd), and a failure of the publish after.
         """
-        self._ready = None  # asked again, answered anew
-        self._ready = self._usable_core() or await self._reconnected_core()
+        if self._usable_core() is None:
+            await self._reconnected_core()
 
-    async def publish(self, topic: str, body: bytes) -> None:
-        """PUB one message; returns after nsqd's OK."""
-        (self._usable_core() or await self._reconnected_core()).pub(topic, body)
+    async def publish(self, topic: str, body: bytes, *, prepared: bool = False) -> None:
+        """PUB one message; returns after nsqd's OK.
+
+        :param prepared: :meth:`prepare_publish` was called just before; otherwise the
+            publish asks the same question itself.
+        """
+        core = (
+            (self._core if prepared else None)
+            or self._usable_core()
+            or await self._reconnected_core()
+        )
+        core.pub(topic, body)
         await self._request()
 
-    async def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
-        """DPUB: nsqd delivers the message ``delay_ms`` after it is published."""
-        core = self._usable_core() or await self._reconnected_core()
+    async def defer_publish(
+        self, topic: str, body: bytes, delay_ms: int, *, prepared: bool = False
+    ) -> None:
+        """DPUB: nsqd delivers the message ``delay_ms`` after it is published
+        (``prepared``: as :meth:`publish` says)."""
+        core = (
+            (self._core if prepared else None)
+            or self._usable_core()
+            or await self._reconnected_core()
+        )
         core.dpub(topic, delay_ms, body)
         await self._request()
 
     def _usable_core(self) -> ClientConnection | None:
-        """The core to publish on: the one :meth:`prepare_publish` just found usable (that
-        answer is used once), or the answer of the same check now: the core when the
-        connection is up and not idle past nsqd's heartbeat deadline; None when a
-        (re)connect must come first."""
-        core = self._ready
-        if core is not None:
-            self._ready = None
-            return core
+        """The answer of :meth:`prepare_publish`: the core when the connection is up and
+        not idle past nsqd's heartbeat deadline; None when a (re)connect must come
+        first."""
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
         core = self._core
@@ -574,9 +586,16 @@ class AsyncNSQConnection(AsyncioIO):
             raise self._closed_error(())
         return core
 
-    async def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
-        """MPUB in as few frames as fit nsqd's limits; returns the frame count."""
-        core = self._usable_core() or await self._reconnected_core()
+    async def multi_publish(
+        self, topic: str, bodies: Iterable[bytes], *, prepared: bool = False
+    ) -> int:
+        """MPUB in as few frames as fit nsqd's limits; returns the frame count
+        (``prepared``: as :meth:`publish` says)."""
+        core = (
+            (self._core if prepared else None)
+            or self._usable_core()
+            or await self._reconnected_core()
+        )
         counts = queue_mpub(core, topic, bodies)
         self._flush()
         replies = self._replies

@@ -146,10 +146,6 @@ class DriverBase:
         self._subscribed = False
         self._last_write = 0.0
         self._idle_limit = _idle_limit_s(self.config)
-        #: The core a readiness check found usable for the next publish (see each
-        #: driver's ``prepare_publish``): that publish trusts it instead of checking
-        #: again. Reset by the publish that uses it and whenever the core is dropped.
-        self._ready: ClientConnection | None = None
         self.warnings: list[NSQServerError] = []  # non-fatal E_*_FAILED frames
         self.connects = 0  # how many times a TCP connection was opened
         #: When nsqd was last heard from (``time.monotonic()``; any bytes, heartbeats and
@@ -314,7 +310,6 @@ class DriverBase:
         if self._core is not None:
             self._core.close()
         self._core = None
-        self._ready = None
         self._messages = []
         self._failure = None
         self._in_flight = 0

@@ -12,7 +12,7 @@ of it is written: heartbeats waiting are answered, and a connection that nsqd cl
 that sat idle past nsqd's heartbeat deadline is reopened. :meth:`NSQConnection.publish`
 asks on its own; a caller that must know that the check passed before the command is
 written (the producer's failover) asks :meth:`NSQConnection.prepare_publish`, and the
-publish right after it trusts that answer.
+publish right after it (``prepared=True``) trusts that answer.
 
 The socket (:class:`BlockingSocket`) bounds every wait. Python's own timeout mode
 (``settimeout``) makes CPython ``poll()`` before every send and every receive: two
@@ -496,37 +496,48 @@ class NSQConnection(BlockingIO):
     # -- publishing ----------------------------------------------------------------
 
     def prepare_publish(self) -> None:
-        """Decide whether the connection is usable for the next publish, and make it so,
-        without writing anything of that publish: answer the heartbeats waiting, and
-        (re)open the connection when it is not open yet, nsqd closed it, or it sat idle
-        past nsqd's heartbeat deadline. Raises what opening raises.
+        """Decide whether the connection is usable for a publish, and make it so, without
+        writing anything of that publish: answer the heartbeats waiting, and (re)open
+        the connection when it is not open yet, nsqd closed it, or it sat idle past
+        nsqd's heartbeat deadline. Raises what opening raises.
 
-        The publish that comes next trusts this answer instead of asking again, so call
-        it right before that publish (the producer does: a failure here is one before
-        any byte of the command was written, which may fail over to another nsqd).
+        A publish made right after it with ``prepared=True`` trusts this answer instead
+        of asking again: so the producer knows that a failure here came before any byte
+        of the command was written (it may fail over to another nsqd), and a failure of
+        the publish after.
         """
-        self._ready = None  # asked again, answered anew
-        self._ready = self._usable_core()
+        self._usable_core()
 
-    def publish(self, topic: str, body: bytes) -> None:
-        """PUB one message; returns after nsqd's OK."""
-        self._usable_core().pub(topic, body)
+    def publish(self, topic: str, body: bytes, *, prepared: bool = False) -> None:
+        """PUB one message; returns after nsqd's OK.
+
+        :param prepared: :meth:`prepare_publish` was called just before; otherwise the
+            publish asks the same question itself.
+        """
+        core = self._core if prepared and self._core is not None else self._usable_core()
+        core.pub(topic, body)
         self._flush()
         self._wait_reply("PUB")
 
-    def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
-        """DPUB: nsqd delivers the message ``delay_ms`` after it is published."""
-        self._usable_core().dpub(topic, delay_ms, body)
+    def defer_publish(
+        self, topic: str, body: bytes, delay_ms: int, *, prepared: bool = False
+    ) -> None:
+        """DPUB: nsqd delivers the message ``delay_ms`` after it is published
+        (``prepared``: as :meth:`publish` says)."""
+        core = self._core if prepared and self._core is not None else self._usable_core()
+        core.dpub(topic, delay_ms, body)
         self._flush()
         self._wait_reply("DPUB")
 
-    def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
-        """MPUB ``bodies`` in as few frames as fit nsqd's limits; returns the frame count.
+    def multi_publish(self, topic: str, bodies: Iterable[bytes], *, prepared: bool = False) -> int:
+        """MPUB ``bodies`` in as few frames as fit nsqd's limits; returns the frame count
+        (``prepared``: as :meth:`publish` says).
 
         Every body is checked before anything is sent. The frames are pipelined; if nsqd
         refuses one, the error says how many frames (and messages) it had accepted.
         """
-        counts = queue_mpub(self._usable_core(), topic, bodies)
+        core = self._core if prepared and self._core is not None else self._usable_core()
+        counts = queue_mpub(core, topic, bodies)
         self._flush()
         for done in range(len(counts)):
             try:
@@ -536,12 +547,7 @@ class NSQConnection(BlockingIO):
         return len(counts)
 
     def _usable_core(self) -> ClientConnection:
-        """The core to publish on: the one :meth:`prepare_publish` just found usable (that
-        answer is used once), or the answer of the same check now."""
-        core = self._ready
-        if core is not None:
-            self._ready = None
-            return core
+        """The answer of :meth:`prepare_publish`: the core, ready for a publish."""
         core = self._core
         if core is None or core.state in CLOSED_STATES:
             return self._reopen("the connection is closed")

@@ -18,8 +18,8 @@ reached an nsqd, only its OK tells whether it was taken. So:
 The line between the two is the connection's ``prepare_publish``: each publish asks it
 once whether the connection is usable (it answers heartbeats waiting, and reopens a
 connection nsqd closed or that sat idle past nsqd's heartbeat deadline), and the
-publish right after it trusts that answer. What ``prepare_publish`` raises was raised
-before the command was written; what the publish raises, after.
+publish right after it trusts that answer (``prepared=True``). What ``prepare_publish``
+raises was raised before the command was written; what the publish raises, after.
 
 The connection in use is kept while it lives (or can be reopened to the same nsqd);
 when it cannot, the list is tried again from the top, so publishing returns to the
@@ -101,8 +101,8 @@ class AsyncNSQProducer:
         return self._conn.config.address if self._conn is not None else None
 
     async def connection(self) -> AsyncNSQConnection:
-        """A connection ready for the next publish, asked once (its ``prepare_publish``):
-        the one in use, or the first nsqd of the list that accepts one."""
+        """A connection found usable just now (its ``prepare_publish``): the one in use,
+        or the first nsqd of the list that accepts one."""
         conn = self._conn
         if conn is not None:
             try:
@@ -141,7 +141,7 @@ class AsyncNSQProducer:
         """PUB one message; returns after nsqd's OK."""
         conn = await self.connection()
         try:
-            await conn.publish(topic, body)
+            await conn.publish(topic, body, prepared=True)
         except _UNREACHABLE as exc:
             lost = await self._written_and_lost("PUB", conn, exc)
             if lost is None:
@@ -152,7 +152,7 @@ class AsyncNSQProducer:
         """DPUB: delivered ``delay_ms`` after it is published."""
         conn = await self.connection()
         try:
-            await conn.defer_publish(topic, body, delay_ms)
+            await conn.defer_publish(topic, body, delay_ms, prepared=True)
         except _UNREACHABLE as exc:
             lost = await self._written_and_lost("DPUB", conn, exc)
             if lost is None:
@@ -163,7 +163,7 @@ class AsyncNSQProducer:
         """MPUB in as few frames as fit nsqd's limits (all to one nsqd); the frame count."""
         conn = await self.connection()
         try:
-            return await conn.multi_publish(topic, bodies)
+            return await conn.multi_publish(topic, bodies, prepared=True)
         except _UNREACHABLE as exc:
             lost = await self._written_and_lost("MPUB", conn, exc)
             if lost is None:

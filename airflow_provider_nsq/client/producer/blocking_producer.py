@@ -79,8 +79,8 @@ class NSQProducer:
         return self._conn.config.address if self._conn is not None else None
 
     def connection(self) -> NSQConnection:
-        """A connection ready for the next publish, asked once (its ``prepare_publish``):
-        the one in use, or the first nsqd of the list that accepts one."""
+        """A connection found usable just now (its ``prepare_publish``): the one in use,
+        or the first nsqd of the list that accepts one."""
         conn = self._conn
         if conn is not None:
             try:
@@ -119,7 +119,7 @@ class NSQProducer:
         """PUB one message; returns after nsqd's OK."""
         conn = self.connection()
         try:
-            conn.publish(topic, body)
+            conn.publish(topic, body, prepared=True)
         except _UNREACHABLE as exc:
             lost = self._written_and_lost("PUB", conn, exc)
             if lost is None:
@@ -130,7 +130,7 @@ class NSQProducer:
         """DPUB: delivered ``delay_ms`` after it is published."""
         conn = self.connection()
         try:
-            conn.defer_publish(topic, body, delay_ms)
+            conn.defer_publish(topic, body, delay_ms, prepared=True)
         except _UNREACHABLE as exc:
             lost = self._written_and_lost("DPUB", conn, exc)
             if lost is None:
@@ -141,7 +141,7 @@ class NSQProducer:
         """MPUB in as few frames as fit nsqd's limits (all to one nsqd); the frame count."""
         conn = self.connection()
         try:
-            return conn.multi_publish(topic, bodies)
+            return conn.multi_publish(topic, bodies, prepared=True)
         except _UNREACHABLE as exc:
             lost = self._written_and_lost("MPUB", conn, exc)
             if lost is None:
