@@ -471,7 +471,7 @@ class ClientConnection:
         if self._codec is not None:
             self._codec.feed(data)  # inflated a step at a time by events()
         else:
-            self._decoder.feed(data)
+            self._decoder.undecoded += data  # FrameDecoder.feed, without the call per read
 
     def take_ok(self, data: bytearray, size: int) -> bool:
         """The publisher's fast path of :meth:`receive_data` + :meth:`events`: when the

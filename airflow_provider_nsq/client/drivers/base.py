@@ -307,8 +307,8 @@ class DriverBase:
         return core
 
     def _reset_state(self) -> None:
-        if self._core is not None:
-            self._core.close()
+        # The core is dropped, not closed: nothing else holds it (an asyncio TLS upgrade
+        # under way tells by identity that its core was replaced).
         self._core = None
         self._messages = []
         self._failure = None
