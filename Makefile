@@ -24,7 +24,8 @@ hooks: $(STAMP)
 	$(VENV)/bin/pre-commit install
 
 # The project's checks, listed once in .pre-commit-config.yaml (the git hook runs the
-# same list): ruff lint and format, mypy, the import contracts, the YAML and TOML files,
+# same list): ruff lint and format, mypy, the import contracts, the generated blocking
+# modules (unasync) being current, the YAML and TOML files,
 # the GitHub workflows (actionlint) and issue forms. Local tools from .venv, no download.
 lint: $(STAMP)
 	$(VENV)/bin/pre-commit run --all-files

@@ -9,28 +9,28 @@ Its rooms, from the bottom up:
 
 - ``settings/``: what a connection says (``ClientConfig``, ``ConnectionSettings``), each
   setting described once, values read as users write them, ``host:port`` addresses;
-- ``transport/``: bytes in and out: a socket with bounded waits, TLS, one map from
-  socket errors to the NSQError family, receive buffers, one HTTP/1.1 request;
-- ``drivers/``: one connection to nsqd, blocking (``NSQConnection``) and asyncio
-  (``AsyncNSQConnection``), pumping the protocol core;
+- ``transport/``: TLS, one map from socket errors to the NSQError family, one HTTP/1.1
+  request;
+- ``drivers/``: one connection to nsqd, blocking (``NSQConnection``, with its socket)
+  and asyncio (``AsyncNSQConnection``), pumping the protocol core; what both share is
+  written once (``drivers/base.py``);
 - ``runners/``: steps, the I/O a sequence asks for, and the two runners that perform
   them (blocking sockets, the asyncio event loop);
 - ``http/``: nsqd's and nsqlookupd's HTTP APIs, and a channel's depth over every nsqd;
-- ``producer``: publishing over an ordered failover list of nsqds;
+- ``producer/``: publishing over an ordered failover list of nsqds, written once for
+  asyncio, its blocking form generated from it (``scripts/generate_blocking.py``);
 - ``consumer/``: one consumer over every nsqd of a topic under one RDY budget, written
   once as steps;
 - ``holding/``: messages held while user code runs: the one holder (TOUCH on time,
   answers, give-up to a dead-letter topic, close), and consume-and-apply over it;
 - ``message``, ``bodies``, ``backoff``: a delivered message and its JSON-safe
-  record, user values as message bodies, the one retry-wait policy;
-- ``moved``: the module paths of earlier releases, still importable with a warning.
+  record, user values as message bodies, the one retry-wait policy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import moved
 from .lazy_names import lazy_names
 
 if TYPE_CHECKING:
@@ -78,4 +78,3 @@ __all__ = [
 
 
 __getattr__, __dir__ = lazy_names(globals(), _HOME)
-moved.install()

@@ -8,6 +8,8 @@ from typing import Any
 
 from ..protocol.errors import NSQValueError
 
+__all__ = ["encode_bodies", "encode_body"]
+
 # Compact, strict JSON; one encoder for every call (json.dumps makes one per call when
 # given options).
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

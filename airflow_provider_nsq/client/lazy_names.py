@@ -10,6 +10,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+__all__ = ["lazy_names"]
+
 
 def lazy_names(
     namespace: dict[str, Any], homes: Mapping[str, str]

@@ -21,7 +21,7 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator, 
 
 from ..client.consumer import NSQConsumer
 from ..client.holding.apply import ApplySettings, ConsumeApply, Counted, Timed
-from ..client.holding.dead_letters import DeadLetterPublisher
+from ..client.holding.blocking_dead_letters import DeadLetterPublisher
 from ..client.message import import_callable
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.nsq import NSQHook

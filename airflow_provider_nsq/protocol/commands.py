@@ -142,9 +142,11 @@ def encode_pub(topic: str, body: bytes, max_msg_size: int = DEFAULT_MAX_MSG_SIZE
         name = _TOPICS[topic]  # encode_topic's cache, without the call
     except (KeyError, TypeError):
         name = encode_topic(topic)
-    if type(body) is not bytes or not 0 < len(body) <= max_msg_size:
+    size = len(body) if type(body) is bytes else -1
+    if not 0 < size <= max_msg_size:
         body = _check_body(body, max_msg_size)
-    return b"PUB %s\n%s%s" % (name, _pack_u32(len(body)), body)  # one allocation
+        size = len(body)
+    return b"PUB %s\n%s%s" % (name, _pack_u32(size), body)  # one allocation
 
 
 def encode_dpub(

@@ -471,7 +471,7 @@ class ClientConnection:
         if self._codec is not None:
             self._codec.feed(data)  # inflated a step at a time by events()
         else:
-            self._decoder.feed(data)
+            self._decoder.undecoded += data  # FrameDecoder.feed, without the call per read
 
     def take_ok(self, data: bytearray, size: int) -> bool:
         """The publisher's fast path of :meth:`receive_data` + :meth:`events`: when the
@@ -502,7 +502,8 @@ class ClientConnection:
             while True:
                 if self.state is _HANDSHAKING:
                     self._handshake_events(out)
-                if self.state is not _HANDSHAKING and self.state is not _FAILED:
+                state = self.state
+                if state is not _HANDSHAKING and state is not _FAILED and self._decoder.undecoded:
                     self._steady_events(self._decoder.frames(), out)
                 if not self._inflate():
                     break

@@ -108,7 +108,7 @@ def publish_partition(
     encode = body_encoder(schema, body_index, partition)
     started = time.monotonic()
     # Partitions spread over the nsqds; each fails over along the rest (never after an
-    # MPUB was written: see client/producer.py).
+    # MPUB was written: see client/producer/asyncio_producer.py).
     producer = NSQProducer(options.nsqds_for(partition), options.client_config())
     sent = _Sent()
     try:

@@ -77,7 +77,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from ..client import AsyncNSQConsumer, NSQMessage
 from ..client.backoff import reconnect_backoff
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
-from ..client.holding.dead_letters import AsyncDeadLetterPublisher
+from ..client.holding.asyncio_dead_letters import AsyncDeadLetterPublisher
 from ..client.holding.holder import AsyncMessageHolder
 from ..client.message import MessageFilter, import_callable, message_record
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds, parse_seconds

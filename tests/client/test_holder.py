@@ -19,10 +19,8 @@ from airflow_provider_nsq.client import (
     NSQConnection,
     NSQConsumer,
 )
-from airflow_provider_nsq.client.holding.dead_letters import (
-    AsyncDeadLetterPublisher,
-    DeadLetterPublisher,
-)
+from airflow_provider_nsq.client.holding.asyncio_dead_letters import AsyncDeadLetterPublisher
+from airflow_provider_nsq.client.holding.blocking_dead_letters import DeadLetterPublisher
 from airflow_provider_nsq.client.holding.function_thread import FunctionThread
 from airflow_provider_nsq.client.holding.holder import AsyncMessageHolder, MessageHolder
 from airflow_provider_nsq.client.message import decode_record_body

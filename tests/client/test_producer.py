@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from airflow_provider_nsq.client import ClientConfig
-from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer, nsqd_addresses
-from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError
+from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer
+from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError, NSQValueError
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.client.net import TCPProxy, closed_port
 from tests.client.scripted_nsqd import Peer, ScriptedNSQD
 
@@ -75,6 +75,31 @@ def test_a_failure_after_the_command_was_written_is_an_unknown_outcome_not_a_ret
     assert depth(topology.nsqds[0], nsq_topic) == 0  # not sent again elsewhere
 
 
+def test_a_kept_connection_answers_the_heartbeat_waiting_then_publishes_once() -> None:
+    """The producer asks its connection once per publish whether it is usable: the
+    heartbeat that arrived meanwhile is answered before the PUB, and nothing is written
+    twice."""
+
+    def script(peer: Peer) -> None:
+        peer.handshake()
+        assert peer.read_command() == ("PUB t", b"one")
+        peer.send_response(b"OK")
+        peer.send_response(b"_heartbeat_")
+        assert peer.read_command() == ("NOP", b"")
+        assert peer.read_command() == ("PUB t", b"two")
+        peer.send_response(b"OK")
+        peer.read_command()
+
+    with ScriptedNSQD(script) as server:
+        with NSQProducer([f"127.0.0.1:{server.port}"]) as producer:
+            producer.publish("t", b"one")
+            io = producer._conn._io  # type: ignore[union-attr]
+            wait_for(io.readable)  # the heartbeat is waiting, not yet read
+            producer.publish("t", b"two")
+            assert producer.connects == 1
+        assert [c[0] for c in server.peers[0].commands] == ["IDENTIFY", "PUB t", "NOP", "PUB t"]
+
+
 def test_nsqds_refusal_is_its_answer_not_a_reason_to_fail_over(nsq_topology, nsq_topic) -> None:
     topology = nsq_topology(n=1)
 
@@ -101,11 +126,15 @@ def test_no_nsqd_reachable_names_each() -> None:
         NSQProducer([single]).publish("t", b"x")
 
 
-def test_a_connections_nsqd_list_is_its_host_first_then_the_extra_deduplicated() -> None:
-    config = ClientConfig(host="a", port=4150)
-    assert nsqd_addresses(config) == ["a:4150"]
-    assert nsqd_addresses(config, "b:1, a:4150, c, b:1") == ["a:4150", "b:1", "c:4150"]
-    assert nsqd_addresses(config, ["[::1]:5"]) == ["a:4150", "[::1]:5"]
+def test_a_producers_nsqd_list_is_in_order_normalised_and_deduplicated() -> None:
+    for given in ("b:1, a:4150, a, c, b:1", ["b:1", "a:4150", "a", "c", "b:1"]):
+        for _ in range(2):  # parsed once, then remembered: the same answer
+            producer = NSQProducer(given)
+            assert producer.addresses == ["b:1", "a:4150", "c:4150"]
+            producer.addresses.append("x:1")  # a producer's own list
+    assert AsyncNSQProducer(("[::1]:5",)).addresses == ["[::1]:5"]
+    with pytest.raises(NSQValueError, match="entries must be strings"):
+        NSQProducer([["a:1"]])  # type: ignore[list-item]
 
 
 # -- the asyncio sibling: the same policy on the event loop ------------------------------

@@ -2,15 +2,19 @@
 
 A Protocol rather than streams: bytes go straight from the transport into the decoder
 (no StreamReader copy), and ``loop.start_tls`` upgrades it in place on every supported
-Python. Replies are matched to waiting calls in order (:mod:`.reply_queue`), so several
+Python. Replies are matched to waiting calls in order (:class:`ReplyQueue`), so several
 tasks may publish on one connection concurrently and their commands are pipelined; a
 read that is exactly nsqd's ``OK`` is taken by the protocol object's ``take_ok``, with
 no frame or event made for it.
 
-Concurrent publishers share one (re)connect (:mod:`.shared_task`), so a client never
+Concurrent publishers share one (re)connect (:class:`SharedTask`), so a client never
 holds two connections at once. Each connection's protocol object is the only one whose
 bytes reach the core: a late reply on an old socket can never answer a command sent on
 the new one.
+
+What is decided about a connection is in :mod:`.base`, shared with the blocking driver;
+this module holds only the asyncio I/O: the transport and its protocol, the reply
+futures and their one timer, the shared (re)connect.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from ...protocol.connection import ClientConnection, ConnectionState
 from ...protocol.constants import OK
@@ -30,18 +36,207 @@ from ...protocol.errors import (
 )
 from ..message import NSQMessage
 from ..settings.client_config import ClientConfig
-from ..transport import receive_buffers
 from ..transport.io_errors import map_exceptions
 from ..transport.tls import build_ssl_context
-from .answering import AnsweringDriver
-from .base import CLOSED_STATES, mpub_failed, queue_mpub
-from .reply_queue import ReplyQueue, fail_future
-from .shared_task import SharedTask
+from .base import (
+    CLOSED_STATES,
+    AnsweringDriver,
+    give_back_buffer,
+    mpub_failed,
+    queue_mpub,
+    take_buffer,
+)
+
+__all__ = ["AsyncNSQConnection"]
 
 log = logging.getLogger(__name__)
 
 _READY = ConnectionState.READY
 _HANDSHAKING = ConnectionState.HANDSHAKING
+
+
+class ReplyQueue:
+    """The commands of one connection that wait for nsqd's reply, and the one timer that
+    bounds their wait.
+
+    nsqd answers in order, so the replies are matched to a FIFO of futures; several tasks
+    may publish on one connection at once and their commands are pipelined. A caller
+    that is cancelled leaves its future in place: it still takes its reply, so every
+    later reply goes to its own command.
+
+    A wait ends with :class:`NSQTimeoutError` once ``timeout`` seconds pass with no reply
+    and no byte of the output taken by nsqd (a large body still draining is progress; a
+    server that stopped reading is not): counted from when the oldest command began to
+    wait, or from the last reply or output progress since. One timer per connection does
+    it, armed while commands wait and re-armed when it fires early: a command costs no
+    timer of its own (no ``call_later`` and ``cancel`` per command), only a clock reading
+    when it is the only one waiting.
+
+    :param loop: the connection's event loop.
+    :param timeout: seconds without a reply or progress after which a wait fails.
+    :param peer: who answers, for the error (``"nsqd at host:port"``).
+    :param buffered: the output written but not yet taken by the socket, in bytes.
+    :param on_overdue: called once a wait failed for lack of progress (the connection is
+        dropped: a late reply would be matched to the next command).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float,
+        peer: str,
+        buffered: Callable[[], int],
+        on_overdue: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._timeout = timeout
+        self._peer = peer
+        self._buffered = buffered
+        self._on_overdue = on_overdue
+        self._waiters: deque[asyncio.Future[bytes]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._since = 0.0  # when the oldest command began to wait, or nsqd last progressed
+        self._armed_sent = 0  # the output taken when the timer was armed
+        #: Bytes handed to the transport on this connection.
+        self.written = 0
+
+    def add(self) -> asyncio.Future[bytes]:
+        """A future for the reply to the command just written (call it after the write:
+        the output it took counts as sent)."""
+        waiter = self._loop.create_future()
+        if not self._waiters:
+            self._since = time.monotonic()
+        self._waiters.append(waiter)
+        if self._timer is None:
+            self._arm(self._timeout)
+        return waiter
+
+    def arrived(self, data: bytes) -> None:
+        """nsqd answered the oldest command."""
+        waiters = self._waiters
+        if waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():  # a cancelled caller still consumes its reply
+                waiter.set_result(data)
+            if waiters:
+                self._since = time.monotonic()  # a reply is progress: the next one's wait
+
+    def fail_oldest(self, error: NSQError) -> None:
+        """The oldest command gets ``error`` (nsqd refused it)."""
+        if self._waiters:
+            fail_future(self._waiters.popleft(), error)
+
+    def fail_all(self, error: NSQError) -> None:
+        """Every waiting command gets ``error``; the timer stops."""
+        while self._waiters:
+            fail_future(self._waiters.popleft(), error)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _sent(self) -> int:
+        return self.written - self._buffered()
+
+    def _oldest(self) -> asyncio.Future[bytes] | None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                return waiter
+        return None
+
+    def _arm(self, delay: float) -> None:
+        self._armed_sent = self._sent()
+        self._timer = self._loop.call_later(delay, self._expired)
+
+    def _expired(self) -> None:
+        """The timer fired: re-arm it if the oldest wait is younger than ``timeout`` or
+        nsqd took more output meanwhile, else fail that wait."""
+        self._timer = None
+        waiter = self._oldest()
+        if waiter is None:
+            return  # nobody waits; the next command arms it again
+        now = time.monotonic()
+        waited = now - self._since
+        if waited < self._timeout:
+            self._arm(self._timeout - waited)
+            return
+        sent = self._sent()
+        if sent > self._armed_sent:
+            self._since = now
+            self._arm(self._timeout)
+            return
+        unsent = self.written - sent
+        if unsent:
+            text = (
+                f"{self._peer} stopped reading: {unsent} bytes of output unsent "
+                f"after {self._timeout:g}s without progress"
+            )
+        else:
+            text = f"{self._peer} did not answer within {self._timeout:g}s"
+        fail_future(waiter, NSQTimeoutError(text))
+        self._on_overdue()
+
+
+def fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail ``future`` unless it is done, marked retrieved: its awaiter (if any) still
+    gets ``error``, and one nobody awaits any more (a later MPUB frame, a connect that
+    timed out) is not logged as "exception was never retrieved"."""
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
+
+
+class SharedTask:
+    """Runs ``start()`` once for every caller of :meth:`join` until the run ends: the
+    (re)connect. The first publisher that finds the connection missing, dropped or idle
+    starts it as a task of its own, the others wait for that task, so a client never
+    holds two connections at once; a caller that is cancelled stops waiting without
+    cancelling the run for the others.
+
+    :param start: makes the coroutine to run.
+    :param stopped: the error a caller gets when :meth:`stop` ended the run.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[], Coroutine[Any, Any, None]],
+        stopped: Callable[[], BaseException],
+    ) -> None:
+        self._start = start
+        self._stopped = stopped
+        self._task: asyncio.Task[None] | None = None
+        #: A run is under way (an attribute, not a property: publishers read it per call).
+        self.running = False
+
+    async def join(self) -> None:
+        """Start the run, or join the one under way, and wait for it to end; raises what
+        it raised."""
+        task = self._task
+        if task is None:
+            task = self._task = asyncio.ensure_future(self._start())
+            task.add_done_callback(self._done)
+            self.running = True
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            cancelling = getattr(current, "cancelling", lambda: 0)()
+            if task.cancelled() and not cancelling:  # stop() ended it, not our caller
+                raise self._stopped() from None
+            raise
+
+    async def stop(self) -> None:
+        """Cancel the run under way, if any, and wait until it has ended."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        if self._task is task:
+            self._task = None
+            self.running = False
+        if not task.cancelled():
+            task.exception()  # every waiter got it; do not log it as never retrieved
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -57,7 +252,7 @@ class _Protocol(asyncio.BufferedProtocol):
     ) -> None:
         self._on_read: Callable[[bytearray, memoryview, int], None] | None = on_read
         self._on_eof: Callable[[], None] | None = on_eof
-        self._buffer, self._view = receive_buffers.take()
+        self._buffer, self._view = take_buffer()
 
     def detach(self) -> None:
         self._on_read = self._on_eof = None
@@ -80,7 +275,7 @@ class _Protocol(asyncio.BufferedProtocol):
         if self._on_read is not None or self._on_eof is not None or self._buffer:
             buffer, view = self._buffer, self._view
             self._buffer = bytearray()  # given back once: the transport reads no more
-            receive_buffers.give_back(buffer, view)
+            give_back_buffer(buffer, view)
 
 
 class AsyncioIO(AnsweringDriver):
@@ -135,10 +330,13 @@ class AsyncioIO(AnsweringDriver):
 
     def _on_data(self, data: bytes | memoryview) -> None:
         try:
-            self._receive(data)
+            if self._receive(data):
+                self._message_event.set()
         except NSQError:
             return  # recorded: _fail woke every waiter with it
         core = self._core
+        if core is not None and core.state not in CLOSED_STATES:
+            self._flush()  # the NOP for a heartbeat; AUTH once IDENTIFY asked for it
         handshake = self._handshake
         if (
             core is not None
@@ -152,10 +350,6 @@ class AsyncioIO(AnsweringDriver):
     def _reply_arrived(self, data: bytes) -> None:
         if self._replies is not None:
             self._replies.arrived(data)
-
-    def _messages_arrived(self) -> None:
-        self._message_event.set()
-        super()._messages_arrived()
 
     def _fail(self, error: NSQError) -> None:
         super()._fail(error)
@@ -319,7 +513,8 @@ class AsyncNSQConnection(AsyncioIO):
         """REQ messages delivered and not taken, then close the transport (and stop a
         connect under way)."""
         await self._connecting.stop()
-        self._requeue_unanswered()
+        if self._subscribed:
+            self._requeue_unanswered()
         transport = self._transport
         buffered = transport is not None and transport.get_write_buffer_size() > 0
         self._teardown()
@@ -328,9 +523,51 @@ class AsyncNSQConnection(AsyncioIO):
 
     # -- publishing ----------------------------------------------------------------
 
-    def _publishing_core(self) -> ClientConnection | None:
-        """The core to publish on when the connection is up (and not idle past nsqd's
-        heartbeat deadline); None when a (re)connect must come first."""
+    async def prepare_publish(self) -> None:
+        """Decide whether the connection is usable for a publish, and make it so, without
+        writing anything of that publish: (re)open it when it is not open yet, nsqd
+        closed it, or it sat idle past nsqd's heartbeat deadline (heartbeats are
+        answered as they arrive). Raises what (re)opening raises.
+
+        A publish made right after it with ``prepared=True`` (no ``await`` in between)
+        trusts this answer instead of asking again: so the producer knows that a failure
+        here came before any byte of the command was written (it may fail over to
+        another nsqd), and a failure of the publish after.
+        """
+        if self._usable_core() is None:
+            await self._reconnected_core()
+
+    async def publish(self, topic: str, body: bytes, *, prepared: bool = False) -> None:
+        """PUB one message; returns after nsqd's OK.
+
+        :param prepared: :meth:`prepare_publish` was called just before; otherwise the
+            publish asks the same question itself.
+        """
+        core = (
+            (self._core if prepared else None)
+            or self._usable_core()
+            or await self._reconnected_core()
+        )
+        core.pub(topic, body)
+        await self._request()
+
+    async def defer_publish(
+        self, topic: str, body: bytes, delay_ms: int, *, prepared: bool = False
+    ) -> None:
+        """DPUB: nsqd delivers the message ``delay_ms`` after it is published
+        (``prepared``: as :meth:`publish` says)."""
+        core = (
+            (self._core if prepared else None)
+            or self._usable_core()
+            or await self._reconnected_core()
+        )
+        core.dpub(topic, delay_ms, body)
+        await self._request()
+
+    def _usable_core(self) -> ClientConnection | None:
+        """The answer of :meth:`prepare_publish`: the core when the connection is up and
+        not idle past nsqd's heartbeat deadline; None when a (re)connect must come
+        first."""
         if self._subscribed:
             return self._require_core()  # a subscription is never silently reopened
         core = self._core
@@ -349,26 +586,16 @@ class AsyncNSQConnection(AsyncioIO):
             raise self._closed_error(())
         return core
 
-    async def prepare_publish(self) -> None:
-        """Make the connection ready for the next publish without sending anything: open
-        it, or reopen it when nsqd closed it or it sat idle past nsqd's heartbeat
-        deadline. Raises what (re)opening raises; a publish that follows without an
-        ``await`` in between writes on the connection this made ready."""
-        if self._publishing_core() is None:
-            await self._reconnected_core()
-
-    async def publish(self, topic: str, body: bytes) -> None:
-        (self._publishing_core() or await self._reconnected_core()).pub(topic, body)
-        await self._request()
-
-    async def defer_publish(self, topic: str, body: bytes, delay_ms: int) -> None:
-        core = self._publishing_core() or await self._reconnected_core()
-        core.dpub(topic, delay_ms, body)
-        await self._request()
-
-    async def multi_publish(self, topic: str, bodies: Iterable[bytes]) -> int:
-        """MPUB in as few frames as fit nsqd's limits; returns the frame count."""
-        core = self._publishing_core() or await self._reconnected_core()
+    async def multi_publish(
+        self, topic: str, bodies: Iterable[bytes], *, prepared: bool = False
+    ) -> int:
+        """MPUB in as few frames as fit nsqd's limits; returns the frame count
+        (``prepared``: as :meth:`publish` says)."""
+        core = (
+            (self._core if prepared else None)
+            or self._usable_core()
+            or await self._reconnected_core()
+        )
         counts = queue_mpub(core, topic, bodies)
         self._flush()
         replies = self._replies

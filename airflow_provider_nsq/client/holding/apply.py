@@ -52,7 +52,7 @@ from ...protocol.errors import NSQPoisonMessageError, NSQValueError
 from ..backoff import Backoff
 from ..consumer import NSQConsumer
 from ..message import NSQMessage, answer_or_log, message_record
-from .dead_letters import DeadLetterPublisher
+from .blocking_dead_letters import DeadLetterPublisher
 from .function_thread import FunctionThread
 from .holder import MessageHolder
 

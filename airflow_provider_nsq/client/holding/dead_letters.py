@@ -2,9 +2,11 @@
 
 nsqd has no max-attempts and no dead-letter queue: a consumer that gives up on a message
 must publish it somewhere itself, and only then FIN it. This module writes what is
-published (the envelope) and publishes it, blocking (:class:`DeadLetterPublisher`) or on
-the event loop (:class:`AsyncDeadLetterPublisher`); the caller FINs the message once
-``publish`` returned, that is after nsqd's OK, and REQs it when ``publish`` raised.
+published (the envelope); :mod:`.asyncio_dead_letters` publishes it on the event loop
+(:class:`~.asyncio_dead_letters.AsyncDeadLetterPublisher`), and the blocking
+:class:`~.blocking_dead_letters.DeadLetterPublisher` is generated from that module. The
+caller FINs the message once ``publish`` returned, that is after nsqd's OK, and REQs it
+when ``publish`` raised.
 
 A message is set aside for one of two reasons (the envelope's ``reason``):
 
@@ -37,22 +39,18 @@ the publish error says so.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from ...protocol.names import validate_topic_name
-from ..bodies import encode_body
 from ..message import NSQMessage, message_record
-from ..producer import AsyncNSQProducer, NSQProducer
-from ..settings.client_config import ClientConfig
+
+__all__ = ["MAX_ERROR_CHARS", "REASONS", "Reason", "dead_letter_envelope"]
 
 #: Why a message was set aside (the envelope's ``reason``).
 Reason = Literal["max_attempts", "rejected"]
 REASONS: tuple[str, ...] = ("max_attempts", "rejected")
 #: The longest error text an envelope carries (characters); longer texts are cut.
 MAX_ERROR_CHARS = 2000
-
-P = TypeVar("P", NSQProducer, AsyncNSQProducer)
 
 
 def dead_letter_envelope(
@@ -94,87 +92,3 @@ def dead_letter_envelope(
         "failed_at": time.time_ns() if failed_at_ns is None else failed_at_ns,
         "by": dict(by or {}),
     }
-
-
-class _Publishers(Generic[P]):
-    """One producer per delivering nsqd: that nsqd first, then ``nsqds``."""
-
-    def __init__(self, topic: str, config: ClientConfig, nsqds: Sequence[str] = ()) -> None:
-        validate_topic_name(topic)
-        self.topic = topic
-        self.config = config
-        self.nsqds = list(nsqds)
-        self._producers: dict[str, P] = {}
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.topic}>"
-
-    def _addresses(self, envelope: Mapping[str, Any]) -> tuple[str, list[str]]:
-        """The delivering nsqd, and the failover list that starts with it."""
-        nsqd = str(envelope.get("nsqd") or "")
-        fallback: list[str] = self.nsqds or [self.config.address]
-        return nsqd, list(dict.fromkeys([nsqd, *fallback] if nsqd else fallback))
-
-    @staticmethod
-    def _body(envelope: Mapping[str, Any]) -> bytes:
-        return encode_body(dict(envelope), "dead-letter envelope")
-
-    @staticmethod
-    def letter(
-        message: NSQMessage,
-        topic: str,
-        channel: str,
-        reason: Reason,
-        *,
-        error: BaseException | None = None,
-        error_text: str | None = None,
-        by: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The envelope of ``message`` (:func:`dead_letter_envelope`), for
-        ``publish``."""
-        return dead_letter_envelope(
-            message, topic, channel, reason, error=error, error_text=error_text, by=by
-        )
-
-
-class DeadLetterPublisher(_Publishers[NSQProducer]):
-    """Publishes envelopes to ``topic``, blocking (see the module's docstring).
-
-    :param topic: the dead-letter topic.
-    :param config: the connection settings (TLS, AUTH, limits ...).
-    :param nsqds: where to publish when the delivering nsqd cannot be reached (the
-        connection's nsqds, in order).
-    """
-
-    def publish(self, envelope: Mapping[str, Any]) -> None:
-        """Publish one envelope; returns after nsqd's OK, raises the
-        :class:`~...protocol.errors.NSQError` that stopped it otherwise (the message must
-        then not be FINished)."""
-        nsqd, addresses = self._addresses(envelope)
-        producer = self._producers.get(nsqd)
-        if producer is None:
-            producer = self._producers[nsqd] = NSQProducer(addresses, self.config)
-        producer.publish(self.topic, self._body(envelope))
-
-    def close(self) -> None:
-        producers, self._producers = self._producers, {}
-        for producer in producers.values():
-            producer.close()
-
-
-class AsyncDeadLetterPublisher(_Publishers[AsyncNSQProducer]):
-    """:class:`DeadLetterPublisher` on the asyncio event loop (no thread)."""
-
-    async def publish(self, envelope: Mapping[str, Any]) -> None:
-        """Publish one envelope; returns after nsqd's OK, raises the NSQError that
-        stopped it otherwise (the message must then not be FINished)."""
-        nsqd, addresses = self._addresses(envelope)
-        producer = self._producers.get(nsqd)
-        if producer is None:
-            producer = self._producers[nsqd] = AsyncNSQProducer(addresses, self.config)
-        await producer.publish(self.topic, self._body(envelope))
-
-    async def close(self) -> None:
-        producers, self._producers = self._producers, {}
-        for producer in producers.values():
-            await producer.close()

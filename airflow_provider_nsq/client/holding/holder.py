@@ -54,11 +54,9 @@ from ...protocol.errors import NSQError, NSQStateError
 from ..consumer import CALLING_HOLDER, AsyncNSQConsumer, NSQConsumer
 from ..message import NSQMessage, answer, answer_or_log
 from ..runners.steps import drive
-from .dead_letters import (
-    AsyncDeadLetterPublisher,
-    DeadLetterPublisher,
-    Reason,
-)
+from .asyncio_dead_letters import AsyncDeadLetterPublisher
+from .blocking_dead_letters import DeadLetterPublisher
+from .dead_letters import Reason
 
 __all__ = ["DRAIN_S", "KEEP_ALIVE_S", "AsyncMessageHolder", "MessageHolder"]
 

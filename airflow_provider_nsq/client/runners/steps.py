@@ -87,7 +87,7 @@ T = TypeVar("T")
 
 class Writable(Protocol):
     """What :class:`Send` and :class:`Abort` use of a connection, the same in both
-    drivers (:class:`~..drivers.answering.AnsweringDriver`): the commands nsqd does not
+    drivers (:class:`~..drivers.base.AnsweringDriver`): the commands nsqd does not
     answer, written at once, and dropping the connection."""
 
     @property

@@ -15,6 +15,20 @@ from dataclasses import dataclass
 
 from ...protocol.errors import NSQValueError
 
+__all__ = [
+    "DEFAULT_LOOKUPD_HTTP_PORT",
+    "DEFAULT_LOOKUPD_TCP_PORT",
+    "DEFAULT_NSQD_HTTP_PORT",
+    "DEFAULT_NSQD_TCP_PORT",
+    "LookupdAddress",
+    "format_address",
+    "nsqd_tcp_address",
+    "nsqd_tcp_addresses",
+    "parse_address",
+    "parse_addresses",
+    "parse_lookupd_address",
+]
+
 #: nsqd's default TCP port (--tcp-address 0.0.0.0:4150).
 DEFAULT_NSQD_TCP_PORT = 4150
 #: nsqd's default HTTP port (--http-address 0.0.0.0:4151).

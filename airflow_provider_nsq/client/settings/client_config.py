@@ -9,7 +9,9 @@ sending instead of nsqd closing the connection.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -27,6 +29,14 @@ from ...protocol.errors import NSQSettingError
 from ...version import __version__
 from .address import DEFAULT_NSQD_TCP_PORT, format_address, parse_address
 from .fields import check_fields, setting
+
+__all__ = [
+    "COMPRESSIONS",
+    "DEFAULT_USER_AGENT",
+    "MAX_READ_TIMEOUT_S",
+    "ClientConfig",
+    "Compression",
+]
 
 Compression = Literal["none", "snappy", "deflate"]
 COMPRESSIONS: tuple[str, ...] = get_args(Compression)
@@ -281,12 +291,15 @@ class ClientConfig:
                 given, f"needs {missing} too (set both together, or neither)", "ClientConfig."
             )
 
-    @property
+    # What is derived from the fields is worked out once per config (each connection a
+    # config opens reads it again): cached on the frozen instance, never a field.
+
+    @functools.cached_property
     def address(self) -> str:
         """``host:port`` (``[v6]:port`` for an IPv6 host)."""
         return format_address(self.host, self.port)
 
-    @property
+    @functools.cached_property
     def effective_heartbeat_interval_ms(self) -> int:
         """The interval nsqd will use: -1 when disabled."""
         hb = self.heartbeat_interval_ms
@@ -301,8 +314,10 @@ class ClientConfig:
         host, port = parse_address(address, DEFAULT_NSQD_TCP_PORT, what)
         return self.replace(host=host, port=port)
 
-    def identify_fields(self) -> dict[str, Any]:
-        """The IDENTIFY body, in a fixed key order (the one the recordings use)."""
+    @functools.cached_property
+    def identify_fields(self) -> Mapping[str, Any]:
+        """The IDENTIFY body, in a fixed key order (the one the recordings use). One
+        mapping per config, shared by its connections: read it, never change it."""
         fields: dict[str, Any] = {
             "client_id": self.client_id,
             "hostname": self.hostname,

@@ -20,6 +20,8 @@ from .address import nsqd_tcp_address, parse_lookupd_address
 from .client_config import ClientConfig
 from .fields import Setting, SettingSource, check_fields, setting, settings_of
 
+__all__ = ["ConnectionSettings", "lookupd_http_address"]
+
 
 def _nsqd_tcp_entry(raw: str) -> str:
     """An entry of ``nsqd_tcp_addresses`` as stored: ``host:port`` (a bare host means
@@ -129,11 +131,11 @@ class ConnectionSettings:
             raise NSQSettingError(exc.setting, exc.reason) from None
         return cls(client=config, **{k: v for k, v in values.items() if k in own})
 
-    @property
+    @functools.cached_property
     def nsqds(self) -> list[str]:
         """Every nsqd, in order: the client's host:port, then ``nsqd_tcp_addresses``
         (each once). Publishing fails over along this list; without nsqlookupd,
-        consumers read from all of them."""
+        consumers read from all of them. Worked out once: do not change it."""
         return list(dict.fromkeys((self.client.address, *self.nsqd_tcp_addresses)))
 
     def consumer_options(self) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from ...protocol.value_checks import is_bool, is_int, is_seconds
 from .address import parse_addresses
 from .values import parse_bool, parse_int, parse_seconds
 
+__all__ = ["JSON_TYPES", "Setting", "SettingSource", "check_fields", "setting", "settings_of"]
+
 Kind = Literal["boolean", "integer", "seconds", "text", "addresses"]
 #: The JSON type of each kind, as a JSON schema (a form's) names it.
 JSON_TYPES: dict[str, str] = {

@@ -14,6 +14,14 @@ import math
 from ...protocol.errors import NSQValueError
 from ...protocol.value_checks import is_bool, is_int, is_number, is_seconds
 
+__all__ = [
+    "delay_to_ms",
+    "duration_to_seconds",
+    "parse_bool",
+    "parse_int",
+    "parse_seconds",
+]
+
 #: A delay as users give it: whole milliseconds (NSQ's unit) or a timedelta.
 Delay = datetime.timedelta | int
 #: A wait as users give it: seconds (Airflow's unit) or a timedelta.

@@ -8,6 +8,8 @@ import ssl
 from ...protocol.errors import NSQTLSError, NSQValueError
 from ..settings.client_config import ClientConfig
 
+__all__ = ["build_ssl_context"]
+
 
 def build_ssl_context(config: ClientConfig) -> ssl.SSLContext:
     """A client context: verification on unless ``tls_verify`` is false; optional CA

@@ -1,0 +1,34 @@
+"""The blocking producer and dead-letter publisher are generated from their asyncio
+source (scripts/generate_blocking.py): the files in the tree are what it gives."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_generated_blocking_modules_are_current() -> None:
+    pytest.importorskip("unasync")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "generate_blocking.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_each_generated_module_says_what_it_is_generated_from() -> None:
+    client = ROOT / "airflow_provider_nsq" / "client"
+    for source, generated in [
+        ("producer/asyncio_producer.py", "producer/blocking_producer.py"),
+        ("holding/asyncio_dead_letters.py", "holding/blocking_dead_letters.py"),
+    ]:
+        head = (client / generated).read_text(encoding="utf-8").splitlines()[0]
+        assert head.startswith(f"# Generated from {source} by scripts/generate_blocking.py")
