@@ -88,13 +88,16 @@ bench: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_reader.py --messages 200000
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) benchmarks/spark_source_ceiling.py --rows 200000
 
-# What one PUB, MPUB, connect, consumed message and asyncio PUB cost the client, counted
+# What one PUB, MPUB, connect, consumed message, asyncio PUB and message through the consume
+# operator cost, counted, and how many files and cross-file calls a PUB and an event take
 # (valgrind's instructions, strace's system calls, Python calls; a tool that is missing
 # skips its count and says so): fails when one is over its budget in
-# benchmarks/op_cost.py. Counts, not times: the same on a busy machine. A few minutes.
+# benchmarks/op_cost.py or benchmarks/path_length.py. Counts, not times: the same on a
+# busy machine. A few minutes.
 bench-check: $(STAMP)
 	$(PY) benchmarks/op_cost.py --check --ops pub,mpub,connect,consume,async-pub,operator-consume \
 		--measure instructions,syscalls,calls
+	$(PY) benchmarks/path_length.py --check
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist site *.egg-info
