@@ -32,6 +32,7 @@ __all__ = [
     "decode_record_body",
     "import_callable",
     "message_record",
+    "message_records",
     "on_live_connections",
 ]
 
@@ -211,13 +212,14 @@ def message_record(
     :param nsqd: the nsqd to name (default: the one that delivered it,
         ``message.nsqd``; ``""`` for a message built by hand).
     """
+    body = message.body
     try:
-        body, encoding = message.body.decode("utf-8"), "utf-8"
+        text, encoding = body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
-        body, encoding = base64.b64encode(message.body).decode("ascii"), "base64"
+        text, encoding = base64.b64encode(body).decode("ascii"), "base64"
     return {
-        "id": message.id,
-        "body": body,
+        "id": message.raw_id.decode("ascii", "replace"),  # what ``message.id`` says
+        "body": text,
         "body_encoding": encoding,
         "attempts": message.attempts,
         "timestamp": message.timestamp,
@@ -225,6 +227,23 @@ def message_record(
         "channel": channel,
         "nsqd": nsqd if nsqd is not None else message.nsqd or "",
     }
+
+
+def message_records(
+    messages: Sequence[NSQMessage], topic: str, channel: str
+) -> list[dict[str, Any]]:
+    """:func:`message_record` of each of ``messages``, in order; the nsqd of each
+    connection looked up once, not per message (what a batch, a window or a hand-off
+    of many messages pays)."""
+    nsqds: dict[Any, str] = {}
+    records = []
+    for message in messages:
+        conn = message.connection
+        nsqd = nsqds.get(conn)
+        if nsqd is None:
+            nsqd = nsqds[conn] = message.nsqd or ""
+        records.append(message_record(message, topic, channel, nsqd=nsqd))
+    return records
 
 
 def decode_record_body(record: dict[str, Any]) -> bytes:

@@ -140,8 +140,11 @@ class NSQConsumeOperator(BaseOperator):
         ``idle_timeout`` ends the task) (templated).
     :param max_batch_size: the batch size for ``apply_function_batch``, and how many
         messages ``apply_function``'s thread is handed at once (default 100, at most
-        2500, nsqd's ``--max-rdy-count``). The task holds up to twice as many in flight
-        (at most 2500), so nsqd delivers the next batch while the function runs.
+        2500, nsqd's ``--max-rdy-count``). The task holds up to three times as many in
+        flight (at most 2500): one batch with the function, the next one read, the one
+        after on its way, so nsqd delivers while the function runs. A message waits in
+        flight (TOUCHed) for the calls before it: keep ``3 x max_batch_size`` times a
+        call's duration under nsqd's ``--max-msg-timeout`` (15 min by default).
     :param idle_timeout: end once this long passed with nothing to do: seconds or a
         ``timedelta`` (default 5 s) (templated).
     :param max_attempts: the delivery (nsqd's ``attempts``, counting every delivery of
@@ -263,9 +266,9 @@ class NSQConsumeOperator(BaseOperator):
         return ApplySettings(
             batch=self.apply_function_batch is not None,
             max_messages=max_messages,
-            # Twice the batch in flight (nsqd's limit at most): nsqd delivers the next
-            # batch while the function runs on this one.
-            max_in_flight=min(2 * self.max_batch_size, DEFAULT_MAX_RDY_COUNT),
+            # Three batches in flight (nsqd's limit at most): one with the function, the
+            # next one read, the one after on its way: nsqd never waits for the task.
+            max_in_flight=min(3 * self.max_batch_size, DEFAULT_MAX_RDY_COUNT),
             batch_size=self.max_batch_size,
             idle_timeout=idle_timeout,
             max_attempts=max_attempts,

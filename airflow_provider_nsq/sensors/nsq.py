@@ -40,7 +40,13 @@ from airflow.providers.common.compat.sdk import (
 
 from ..client.backoff import Backoff, nsqd_unreachable
 from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
-from ..client.message import MessageFilter, NSQMessage, import_callable, message_record
+from ..client.message import (
+    MessageFilter,
+    NSQMessage,
+    import_callable,
+    message_record,
+    message_records,
+)
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds
 from ..hooks.consumer import NSQConsumerHook
 from ..hooks.nsq import NSQHook
@@ -295,7 +301,7 @@ class _ChannelWindow:
                 hook.close()
                 return None
             # The XCom cap, before anything is FINished (also the rejected messages).
-            records = [message_record(m, rules.topic, rules.channel) for m in accepted]
+            records = message_records(accepted, rules.topic, rules.channel)
             keep = self._fit_xcom(accepted, records)
             if keep < len(accepted):
                 hook.requeue(*accepted[keep:])

@@ -79,7 +79,7 @@ from ..client.backoff import reconnect_backoff
 from ..client.consumer import DEFAULT_LOOKUPD_POLL_INTERVAL_S, UNREACHABLE
 from ..client.holding.asyncio_dead_letters import AsyncDeadLetterPublisher
 from ..client.holding.holder import AsyncMessageHolder
-from ..client.message import MessageFilter, import_callable, message_record
+from ..client.message import MessageFilter, import_callable, message_records
 from ..client.settings.values import Delay, delay_to_ms, duration_to_seconds, parse_seconds
 from ..hooks.consumer import NSQConsumerHook
 from ..metrics import emitter
@@ -249,16 +249,20 @@ class EventBatcher:
         self._unsettled = 0
         self._last_stored: float | None = None
 
-    def add(self, messages: Iterable[NSQMessage]) -> None:
-        """Add delivered messages: to the newest batch until it is full, then to a new one."""
-        for message in messages:
+    def add(self, messages: Sequence[NSQMessage]) -> None:
+        """Add delivered messages: to the newest batch until it is full, then to a new one
+        (their records made a batch's share at a time)."""
+        start = 0
+        while start < len(messages):
             batch = self._collecting[-1] if self._collecting else None
             if batch is None or len(batch) >= self.batch_size:
                 self._numbers += 1
                 batch = MessageBatch(self._numbers, self._clock())
                 self._collecting.append(batch)
-            batch.messages.append(message)
-            batch.records.append(message_record(message, self.topic, self.channel))
+            taken = messages[start : start + self.batch_size - len(batch)]
+            batch.messages += taken
+            batch.records += message_records(taken, self.topic, self.channel)
+            start += len(taken)
 
     def held(self) -> list[NSQMessage]:
         """Messages collected and not handed over yet (their holder keeps them alive)."""

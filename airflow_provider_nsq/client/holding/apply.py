@@ -46,12 +46,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, NamedTuple, Protocol, get_args
+from operator import attrgetter
+from typing import Any, Literal, Protocol, get_args
 
 from ...protocol.errors import NSQPoisonMessageError, NSQValueError
 from ..backoff import Backoff
 from ..consumer import NSQConsumer
-from ..message import NSQMessage, answer_or_log, message_record
+from ..message import NSQMessage, answer_or_log, message_records
 from .blocking_dead_letters import DeadLetterPublisher
 from .function_thread import FunctionThread
 from .holder import MessageHolder
@@ -140,13 +141,7 @@ class ApplySettings:
     keep_results: bool = False
 
 
-class _Outcome(NamedTuple):
-    """What one call of the function gave: its result, or what it raised."""
-
-    result: Any = None
-    error: BaseException | None = None
-
-
+_TIMESTAMP = attrgetter("timestamp")
 #: No message FINished since the last report (``_oldest_finished``).
 _NEVER = float("inf")
 
@@ -154,43 +149,46 @@ _NEVER = float("inf")
 class _Calls:
     """The calls of one hand-off, run on the function thread: the function on each
     record in turn, stopping after the first that raises (the messages after it are
-    handed over again, in order), or once on the whole batch. Each outcome is appended
-    as its call ends, so the consumer's thread can answer a message while the function
+    handed over again, in order), or once on the whole batch. What each call gave is
+    kept as it ends (``results`` in order; ``error`` once one raised, after which no
+    call starts), so the consumer's thread can answer a message while the function
     runs on the next."""
 
     def __init__(self, function: Callable[[Any], Any], records: list[Any], *, batch: bool):
         self.function = function
         self.records = records
         self.batch = batch
-        self.outcomes: list[_Outcome] = []  # appended by the function thread only
-        self.answered = 0  # outcomes answered (by the consumer's thread)
+        # Written by the function thread only: the results of the calls that returned,
+        # then the error of the one that raised (None while none did).
+        self.results: list[Any] = []
+        self.error: BaseException | None = None
         self.seconds = 0.0  # spent in the function, over every call
+        # Read and written by the consumer's thread only.
+        self.answered = 0  # calls whose messages are answered
         #: Set by the consumer's thread: no further call starts.
         self.stop = False
 
     @property
     def called(self) -> int:
-        return len(self.outcomes)
+        return len(self.results) + (self.error is not None)
 
     @property
     def unanswered(self) -> bool:
         """Calls ended whose messages are not answered yet."""
-        return len(self.outcomes) > self.answered
+        return self.called > self.answered
 
     def run(self) -> None:
-        function, outcomes, clock = self.function, self.outcomes, time.perf_counter
-        for given in [self.records] if self.batch else self.records:
-            if self.stop:
-                return
-            started = clock()
-            try:
-                result = function(given)
-            except BaseException as exc:  # the consumer's thread decides what it means
-                self.seconds += clock() - started
-                outcomes.append(_Outcome(error=exc))
-                return
-            self.seconds += clock() - started
-            outcomes.append(_Outcome(result))
+        function, results, clock = self.function, self.results, time.perf_counter
+        started = clock()
+        try:
+            for given in [self.records] if self.batch else self.records:
+                if self.stop:
+                    return
+                results.append(function(given))
+        except BaseException as exc:  # the consumer's thread decides what it means
+            self.error = exc
+        finally:
+            self.seconds = clock() - started
 
 
 class ConsumeApply:
@@ -265,7 +263,10 @@ class ConsumeApply:
             self.summary.ended = self._loop()
         finally:
             try:
-                self.holder.close(drain=started)
+                # Ended on max_messages, nothing is on the wire: the budget kept nsqd's
+                # RDY at what the run could still answer, so with all answered it sent
+                # no more. Otherwise take in what nsqd sent before it read RDY 0.
+                self.holder.close(drain=started and self.summary.ended != "max_messages")
             finally:
                 self._thread.stop()
         return self.summary
@@ -333,7 +334,11 @@ class ConsumeApply:
             while len(self._held) < size and self._read(BATCH_GATHER_S):
                 pass
         held = self._held
-        return [held.popleft() for _ in range(min(size, len(held)))]
+        if size >= len(held):
+            group = list(held)
+            held.clear()
+            return group
+        return [held.popleft() for _ in range(size)]
 
     # -- handing work to the function thread, keeping the consumer alive meanwhile -------
 
@@ -344,10 +349,7 @@ class ConsumeApply:
         answers written together (one write per connection for what is done at each
         look), metrics counted here and sent once per group. False when the run was
         stopped meanwhile: what is not answered is handed back by ``close()``."""
-        topic, channel = self.topic, self.channel
-        # The nsqd of each connection, looked up once per hand-off, not per message.
-        nsqds = {m.connection: m.nsqd or "" for m in {m.connection: m for m in group}.values()}
-        records = [message_record(m, topic, channel, nsqd=nsqds[m.connection]) for m in group]
+        records = message_records(group, self.topic, self.channel)
         calls = _Calls(self.function, records, batch=self.settings.batch)
         future: Future = self._thread.submit(calls.run)
         # wait_for returns early (False) when the run stops or calls ended since the
@@ -368,48 +370,50 @@ class ConsumeApply:
 
     def _answer(self, group: list[NSQMessage], calls: _Calls) -> None:
         """Answer the messages whose calls ended since the last answers."""
-        outcomes, answered = calls.outcomes, calls.answered
-        done = len(outcomes)
-        if done == answered:
-            return
+        answered = calls.answered
+        returned = len(calls.results)  # read before error: no result follows an error
+        error = calls.error
         if self.settings.batch:
-            calls.answered = len(group)
-            self._settle(group, outcomes[0])
+            if returned or error is not None:
+                calls.answered = len(group)
+                if error is None:
+                    self._finish(group, calls.results)
+                else:
+                    self._fail(group, error)
             return
-        failed = next((i for i in range(answered, done) if outcomes[i].error is not None), done)
-        calls.answered = min(failed + 1, done)
-        if failed > answered:
-            self._settle(group[answered:failed], None, outcomes[answered:failed])
-        if failed < done:
-            self._settle([group[failed]], outcomes[failed])
+        if returned > answered:
+            calls.answered = returned
+            self._finish(group[answered:returned], calls.results[answered:returned])
+        if error is not None and calls.answered == returned:
+            calls.answered = returned + 1
+            self._fail([group[returned]], error)
 
     # -- answering -----------------------------------------------------------------------
 
-    def _settle(
-        self,
-        group: list[NSQMessage],
-        outcome: _Outcome | None,
-        outcomes: list[_Outcome] | None = None,
-    ) -> None:
-        """Answer ``group``: FIN when its call(s) returned (``outcome`` None and one
-        outcome per message, or a batch's one outcome without an error), else REQ with
-        backoff or a dead letter per message."""
+    def _answering(self, group: list[NSQMessage]) -> None:
+        """Count ``group`` as answered (after lowering the budget, so nsqd reads the
+        lower RDY before the FIN or REQ that frees room)."""
         self._set_budget(answering=len(group))
         summary = self.summary
         summary.messages += len(group)
         # One message per connection: they name the nsqds that delivered the group.
         summary.nsqds.update(m.nsqd or "" for m in {m.connection: m for m in group}.values())
-        if outcome is None or outcome.error is None:
-            if self.settings.keep_results:
-                results = [o.result for o in outcomes] if outcomes is not None else []
-                self._keep_results(group, results if outcome is None else [outcome.result])
-            self.holder.finish(*group)
-            summary.applied += len(group)
-            self._counts["applied"] += len(group)
-            oldest = min(m.timestamp for m in group)
-            self._oldest_finished = min(self._oldest_finished, oldest)
-            return
-        error = outcome.error
+
+    def _finish(self, group: list[NSQMessage], results: list[Any]) -> None:
+        """FIN ``group``, whose call(s) returned ``results`` (kept when asked)."""
+        self._answering(group)
+        if self.settings.keep_results:
+            self._keep_results(group, results)
+        self.holder.finish(*group)
+        self.summary.applied += len(group)
+        self._counts["applied"] += len(group)
+        oldest = min(map(_TIMESTAMP, group))
+        self._oldest_finished = min(self._oldest_finished, oldest)
+
+    def _fail(self, group: list[NSQMessage], error: BaseException) -> None:
+        """``group``'s call raised ``error``: REQ each message with backoff, or set it
+        aside on the dead-letter topic past ``max_attempts``."""
+        self._answering(group)
         log.warning(
             "%s failed (%s: %s)",
             f"A batch of {len(group)}" if self.settings.batch else f"Message {group[0].id}",
@@ -425,7 +429,7 @@ class ConsumeApply:
                     continue
                 poison = poison or failure
             self._requeue(message)
-            summary.requeued += 1
+            self.summary.requeued += 1
             self._counts["requeued"] += 1
         if poison is not None:
             raise poison
@@ -438,7 +442,7 @@ class ConsumeApply:
             if n:
                 metrics.count(what, n)
         self._counts = dict.fromkeys(self._counts, 0)
-        if calls.called:
+        if calls.called and not calls.stop:  # a stopped group's last call is still running
             metrics.time("apply_duration", calls.seconds / calls.called)
         if self._oldest_finished != _NEVER:
             metrics.time("delay", time.time() - self._oldest_finished / 1e9)
