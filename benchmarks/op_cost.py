@@ -95,10 +95,10 @@ BUDGETS: dict[str, dict[str, float]] = {
     "consume": {"instructions": 11_500, "syscalls": 0.5, "calls": 4},
     # 65.7k instructions, 4 system calls, 82 calls [121.5k, 6, 132]
     "async-pub": {"instructions": 85_000, "syscalls": 4.5, "calls": 107},
-    # per message through NSQConsumeOperator (apply_function), every thread: 30.7k
-    # instructions, 20 calls [435.8k, 292: a hand-off, a FIN write and three metric
+    # per message through NSQConsumeOperator (apply_function), every thread: 25.1k
+    # instructions, 15 calls [435.8k, 292: a hand-off, a FIN write and three metric
     # calls per message]
-    "operator-consume": {"instructions": 40_000, "calls": 27},
+    "operator-consume": {"instructions": 33_000, "calls": 20},
 }
 
 

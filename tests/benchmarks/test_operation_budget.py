@@ -39,7 +39,7 @@ CALL_BUDGETS = {
     "mpub": 80,  # 60 per MPUB of 200 messages [880]
     "async pub": 107,  # 82 [132]
     "hook pub": 60,  # 46 [92]
-    "operator consume, per message": 30,  # 20 [292]
+    "operator consume, per message": 20,  # 15 [292]
 }
 
 
