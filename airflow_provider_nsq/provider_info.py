@@ -106,8 +106,9 @@ def provider_info() -> dict[str, Any]:
     return {
         "package-name": PACKAGE_NAME,
         "name": "NSQ",
-        "description": "`NSQ <https://nsq.io/>`__: publish, defer and batch-publish messages, "
-        "and wait for messages on a channel.",
+        # Plain text: Airflow's providers list and API strip reST's `_<> characters.
+        "description": "NSQ (https://nsq.io): publish from tasks, wait on a channel, consume "
+        "and apply, start DAGs from messages, and move data between NSQ and Spark.",
         "versions": [__version__],
         "integrations": [
             {
