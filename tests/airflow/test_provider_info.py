@@ -9,17 +9,14 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
-from importlib.metadata import distribution
-from pathlib import Path
 
 import pytest
 
 from airflow_provider_nsq.client.settings.address import DEFAULT_NSQD_TCP_PORT
 from airflow_provider_nsq.provider_info import CONN_FIELDS, provider_info
 
-from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow
+from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow, project_urls
 
 HOOK = "airflow_provider_nsq.hooks.nsq.NSQHook"
 
@@ -50,12 +47,6 @@ def test_provider_is_registered(providers_manager):
     assert info.version
 
 
-def _installed_project_urls() -> dict[str, str]:
-    """The installed distribution's project URLs, by name (its ``Project-URL`` fields)."""
-    fields = distribution("airflow-provider-nsq").metadata.get_all("Project-URL") or []
-    return dict(tuple(part.strip() for part in field.split(",", 1)) for field in fields)
-
-
 def test_the_providers_page_shows_the_description_and_links_the_documentation(
     providers_manager,
 ):
@@ -68,13 +59,7 @@ def test_the_providers_page_shows_the_description_and_links_the_documentation(
     assert re.sub("[`_<>]", "", written) == written
     if "documentation-url" not in info.data:
         pytest.skip(f"Airflow {AIRFLOW_VERSION} shows no documentation link for providers")
-    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-    urls = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["urls"]
-    if _installed_project_urls() != urls:
-        pytest.skip(
-            "the installed metadata predates pyproject.toml's [project.urls] (an editable "
-            "install from before the change: `make install` refreshes it)"
-        )
+    urls = project_urls()
     assert info.data["documentation-url"] == urls["Documentation"]
     assert urls["Documentation"].startswith("https://")
 
