@@ -3,6 +3,9 @@ VENV    ?= .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed-stamp
+# The documentation site's own environment (`make docs`): see below.
+DOCS_VENV  ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed-stamp
 # Pins that keep the resolver on versions checked together. pyspark and pyspark-client
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
 PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
@@ -52,10 +55,23 @@ check: lint docs pytest
 # Spark tests on the oldest and the newest PySpark.
 test: check matrix-ci
 
+# The documentation site's environment: the [docs] extra's requirements alone (MkDocs,
+# Material, mkdocstrings), about 190 MB. Not the package: mkdocstrings (griffe) reads its
+# source without importing it, and scripts/docs_*.py import only MkDocs and griffe, so
+# neither Airflow nor PySpark is needed to render the site.
+$(DOCS_STAMP): pyproject.toml
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DOCS_VENV)/bin/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" > $(DOCS_VENV)/requirements.txt
+	$(DOCS_VENV)/bin/python -m pip install -q -r $(DOCS_VENV)/requirements.txt
+	touch $(DOCS_STAMP)
+
 # The documentation site, built strictly: a broken link or anchor, a missing reference or
-# a docstring warning fails it. Open site/index.html, or serve it with `mkdocs serve`.
-docs: $(STAMP)
-	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+# a docstring warning fails it. Open site/index.html, or serve it with
+# `$(DOCS_VENV)/bin/mkdocs serve`.
+docs: $(DOCS_STAMP)
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir site
+	@echo "The site is in site/: open $(abspath site)/index.html"
 
 # The sdist and the wheel, checked as PyPI would (twine) and for their license files.
 # RELEASE_TAG (the release workflow sets it to the pushed tag, v0.2.0) must name the
@@ -100,4 +116,4 @@ bench-check: $(STAMP)
 	$(PY) benchmarks/path_length.py --check
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist site *.egg-info
+	rm -rf $(VENV) $(DOCS_VENV) .mypy_cache .ruff_cache .pytest_cache .nox build dist site *.egg-info

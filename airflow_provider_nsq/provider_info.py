@@ -44,21 +44,30 @@ def extra_settings() -> dict[str, Setting]:
 
 
 def _conn_field(described: Setting) -> dict[str, Any]:
-    """A setting as a ``conn-fields`` entry: label, description and JSON schema."""
+    """A setting as a ``conn-fields`` entry: label, description and JSON schema.
+
+    The schema's bounds take the setting's special values in (``-1``: off, ``0``: nsqd's
+    default, beside ``>= 1000``): a form's schema has no "or", so it bounds the whole
+    range, and its description says which values in it are allowed, in the words the
+    parser's error uses (:meth:`~.client.settings.fields.Setting.expected`)."""
     schema: dict[str, Any] = {"type": [described.json_type, "null"]}
+    doc = described.doc
+    special = list(described.special)
     if described.kind == "seconds":
         schema["minimum"] = 0  # and > 0: the parser says so
     elif described.minimum is not None:
-        schema["minimum"] = described.minimum
+        schema["minimum"] = min([described.minimum, *special])
     if described.maximum is not None:
-        schema["maximum"] = described.maximum
+        schema["maximum"] = max([described.maximum, *special])
+    if special:
+        doc = f"{doc} Allowed: {described.expected()}."
     if described.choices:
         schema["enum"] = list(described.choices)
     if described.pattern is not None:
         schema["pattern"] = described.pattern
     if described.kind == "boolean" or described.choices:
         schema["default"] = described.default  # a blank is no answer to a yes/no question
-    return {"label": described.label, "description": described.doc, "schema": schema}
+    return {"label": described.label, "description": doc, "schema": schema}
 
 
 #: Connection extras: name -> conn-fields entry, one per setting a connection takes as an
@@ -98,8 +107,9 @@ def provider_info() -> dict[str, Any]:
     return {
         "package-name": PACKAGE_NAME,
         "name": "NSQ",
-        "description": "`NSQ <https://nsq.io/>`__: publish, defer and batch-publish messages, "
-        "and wait for messages on a channel.",
+        # Plain text: Airflow's providers list and API strip reST's `_<> characters.
+        "description": "NSQ (https://nsq.io): publish from tasks, wait on a channel, consume "
+        "and apply, start DAGs from messages, and move data between NSQ and Spark.",
         "versions": [__version__],
         "integrations": [
             {

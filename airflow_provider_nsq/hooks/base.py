@@ -60,7 +60,16 @@ HELD_MSG_TIMEOUT_MS = 10_000
 
 
 class NSQConnectionConfigError(NSQValueError):
-    """An ``nsq`` Airflow Connection has an unknown, missing or wrong-typed field."""
+    """An ``nsq`` Airflow Connection has an unknown, missing or wrong-typed field.
+
+    :param conn_id: the connection's id, which the message names.
+    :param problem: what is wrong, naming the field (``extra 'http_prot': unknown; ...``).
+    """
+
+    def __init__(self, conn_id: str, problem: str) -> None:
+        super().__init__(f"NSQ connection {conn_id!r}: {problem}")
+        self.conn_id = conn_id
+        self.problem = problem
 
 
 def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> ConnectionSettings:
@@ -76,7 +85,7 @@ def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> Con
     """
     conn_id = conn.conn_id or "<unnamed>"
     if not isinstance(extras, Mapping):
-        raise NSQConnectionConfigError(f"NSQ connection {conn_id!r}: extra must be a JSON object")
+        raise NSQConnectionConfigError(conn_id, "extra must be a JSON object")
     given = {str(key).removeprefix(_LEGACY_PREFIX): value for key, value in extras.items()}
     fixed: dict[str, Any] = {
         "host": (conn.host or "").strip() or "127.0.0.1",
@@ -88,9 +97,7 @@ def settings_from_connection(conn: Connection, extras: Mapping[str, Any]) -> Con
         return ConnectionSettings.read(given, CONNECTION_EXTRAS, **fixed)
     except NSQSettingError as exc:
         what = f"extra {exc.setting!r}" if exc.setting in given else exc.setting
-        raise NSQConnectionConfigError(
-            f"NSQ connection {conn_id!r}: {what}: {exc.reason}"
-        ) from None
+        raise NSQConnectionConfigError(conn_id, f"{what}: {exc.reason}") from None
 
 
 class NSQBaseHook(BaseHook):
@@ -250,6 +257,13 @@ class NSQBaseHook(BaseHook):
         on the same grounds (e.g. ``--tls-required`` with ``tls`` off): a handshake alone
         succeeds there. Never raises; never shows the AUTH secret. Bounded by the
         connection's ``connect_timeout`` and ``read_timeout`` (at most 10 s each).
+
+        A bad field is reported about "this connection", not by id: the form's Test
+        button and ``POST /api/v2/connections/test`` (Airflow 3.0 to 3.3) build the hook
+        on a copy of the connection under a random id of eight letters and digits (the
+        route's ``transient_conn_id``), which the user never chose; the CLI's
+        ``airflow connections test`` and a worker's queued test show the answer beside
+        the id they tested.
         """
         secret: str | None = None
         try:
@@ -286,6 +300,8 @@ class NSQBaseHook(BaseHook):
                     f"nsqd {version} at {config.address}; tls={'on' if conn.tls else 'off'}, "
                     f"auth={auth_text}, compression={conn.compression or 'none'}",
                 )
+        except NSQConnectionConfigError as exc:
+            return False, _scrub(f"this connection: {exc.problem}", secret)
         except NSQAuthError as exc:
             return False, _scrub(f"AUTH needed: {exc}", secret)
         except NSQError as exc:

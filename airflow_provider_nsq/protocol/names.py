@@ -30,18 +30,32 @@ def is_ephemeral(name: str) -> bool:
     return name.endswith(EPHEMERAL_SUFFIX)
 
 
+#: Every rule nsqd applies to a topic or channel name, as the errors state them.
+_RULES = (
+    f"nsqd takes 1 to {MAX_NAME_LENGTH} characters, the '#ephemeral' suffix included: "
+    "letters, digits, '.', '_' and '-', optionally ending in '#ephemeral'"
+)
+_NOT_ALLOWED_RE = re.compile(r"[^.a-zA-Z0-9_-]")
+
+
 def _validate(kind: str, name: object) -> str:
     if not isinstance(name, str):
         raise NSQValueError(f"{kind} name must be a str, got {type(name).__name__}: {name!r}")
     if is_valid_name(name):
         return name
-    if not 0 < len(name) <= MAX_NAME_LENGTH:
-        reason = f"it is {len(name)} characters long; nsqd allows 1 to {MAX_NAME_LENGTH}"
+    base = name.removesuffix(EPHEMERAL_SUFFIX)
+    not_allowed = list(dict.fromkeys(_NOT_ALLOWED_RE.findall(base)))
+    if not name:
+        problem = "it is empty"
+    elif len(name) > MAX_NAME_LENGTH:
+        problem = f"it is {len(name)} characters long"
+    elif not base:
+        problem = "it has nothing before '#ephemeral'"
     else:
-        reason = (
-            "nsqd allows only letters, digits, '.', '_', '-' and an optional '#ephemeral' suffix"
-        )
-    raise NSQValueError(f"invalid {kind} name {name!r}: {reason}")
+        *others, last = map(repr, not_allowed)
+        shown = f"{', '.join(others)} and {last}" if others else last
+        problem = f"{shown} {'are' if others else 'is'} not allowed"
+    raise NSQValueError(f"invalid {kind} name {name!r}: {problem}; {_RULES}")
 
 
 def validate_topic_name(topic: object) -> str:

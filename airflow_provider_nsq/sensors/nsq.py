@@ -18,6 +18,11 @@ What is here, in the order a poke runs it:
 - the deferrable mode (:class:`_Deferral`): the wait in the triggerer
   (:class:`~airflow_provider_nsq.triggers.nsq.NSQMessageTrigger`), one deadline across
   deferrals.
+
+An nsqd that cannot be reached is "not yet" in every mode, until the sensor's timeout
+(nsqd may be restarting), and the log says so quietly
+(:class:`~airflow_provider_nsq.triggers.nsq.UnreachableReport`): a warning when the
+trouble starts, a reminder at most once a minute, a line when nsqd answers again.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from airflow.providers.common.compat.sdk import (
     conf,
 )
 
-from ..client.backoff import Backoff, nsqd_unreachable
+from ..client.backoff import Backoff, nsqd_unreachable, reconnect_backoff
 from ..client.http.nsqd_api import HTTP_UNREADABLE, ChannelDepth
 from ..client.message import (
     MessageFilter,
@@ -58,7 +63,13 @@ from ..protocol.errors import NSQError, NSQValueError
 from ..protocol.names import is_ephemeral, validate_channel_name, validate_topic_name
 from ..protocol.value_checks import check_int
 from ..templated import is_templated, rendered_count
-from ..triggers.nsq import NSQMessageTrigger, deadline_epoch, deadline_iso
+from ..triggers.nsq import (
+    NSQMessageTrigger,
+    UnreachableReport,
+    deadline_epoch,
+    deadline_iso,
+    duration_words,
+)
 
 if TYPE_CHECKING:
     import logging
@@ -77,7 +88,6 @@ _DEFAULT_WINDOW_TIMEOUT_S = 5.0
 #: The longest pause between two windows without the HTTP API (unless poke_interval is
 #: longer).
 TCP_WINDOW_MAX_BACKOFF_S = 300.0
-_WINDOW_INSTEAD = "opening a window instead (a short window redelivers the messages it sees)"
 
 # -- the window's sizes ------------------------------------------------------------------
 # Checked the same way when the DAG is parsed (literal values) and when the task runs
@@ -247,17 +257,20 @@ class _ChannelWindow:
         self.log = sensor.log
         self.rules = rules
         self.metrics = metrics
+        #: Why nsqd's HTTP API could not be read at :meth:`depth`, if it could not (the
+        #: sensor says so once the window, the check then, reached nsqd).
+        self.http_error: Exception | None = None
 
     def depth(self) -> ChannelDepth | None:
         """The channel's depth from nsqd's HTTP API; None when the connection has no HTTP
         port, the channel is ephemeral (it exists only while a window is open), or the API
-        cannot be read (then the window is the check)."""
+        cannot be read (:attr:`http_error`; then the window is the check)."""
         if is_ephemeral(self.rules.channel):
             return None
         try:
             depth = self.admin.channel_depth(self.rules.topic, self.rules.channel)
         except HTTP_UNREADABLE as exc:
-            self.log.warning("nsqd's HTTP API could not be read (%s); %s", exc, _WINDOW_INSTEAD)
+            self.http_error = exc
             return None
         if depth is not None:
             self.metrics.incr("nsq.sensor.checks.http")
@@ -432,6 +445,7 @@ class _PokeSchedule:
     def __init__(self, sensor: NSQSensor) -> None:
         self.reschedule = sensor.reschedule
         self.poke_interval = float(sensor.poke_interval)
+        self.exponential_backoff = bool(sensor.exponential_backoff)
         self.timeout = float(sensor.timeout)
         self.log = sensor.log
         # Poke mode: when the next window may open, and the backoff while windows come
@@ -483,6 +497,27 @@ class _PokeSchedule:
             pause,
         )
 
+    def after_unreachable(self, exc: NSQError, context: Context, report: UnreachableReport) -> None:
+        """A poke that could not reach nsqd: say so through ``report`` and, in reschedule
+        mode, wake up for the next try with the reconnect backoff (1 s doubling to 60 s,
+        at least ``poke_interval``) by the poke's number in this try, not sooner."""
+        if not self.reschedule:
+            report.failed(
+                exc,
+                "the next try at the next poke" if self.exponential_backoff else self.poke_interval,
+            )
+            return
+        # A new process per poke: it says its own line, with the poke's number.
+        poke = int(context.get("task_reschedule_count") or 0) + 1
+        pause = max(self.poke_interval, reconnect_backoff().ceiling(poke))
+        started, now = self._wait_started(context), _utcnow()
+        deadline = started + datetime.timedelta(seconds=self.timeout + 1)
+        self._reschedule_at = min(now + datetime.timedelta(seconds=pause), deadline)
+        wait = max((self._reschedule_at - now).total_seconds(), self.poke_interval)
+        report.failed(
+            exc, f"rescheduled: the next try in {duration_words(wait)} (poke {poke} of this wait)"
+        )
+
     def reschedule_for_next_window(self, exc: AirflowRescheduleException) -> None:
         """Wake up for the next window, not every ``poke_interval``: each short window
         redelivered what it saw."""
@@ -524,6 +559,7 @@ class _Deferral:
     def __init__(self, sensor: NSQSensor) -> None:
         self.sensor = sensor
         self.timeout = float(sensor.timeout)
+        self.report = sensor.unreachable_report
 
     def first_deadline(self) -> float:
         """The deadline of a wait that starts now (seconds since the epoch)."""
@@ -550,16 +586,18 @@ class _Deferral:
         yet" (False), and the trigger tries it again with backoff until the deadline:
         nsqd may be restarting. Any other error fails the task."""
         try:
-            return check()
+            ready = check()
         except NSQError as exc:
             if not nsqd_unreachable(exc):
                 raise
-            self.sensor.log.warning(
-                "nsqd cannot be reached for %s/%s (%s); deferring: the trigger tries again "
-                "at once, then with backoff, until the sensor's timeout",
-                *(self.sensor.topic, self.sensor.channel, exc),
+            self.report.failed(
+                exc,
+                "waiting in the triggerer, which tries again with backoff until the "
+                "sensor's timeout",
             )
             return False
+        self.report.answered()
+        return ready
 
     def timeout_if_past(
         self,
@@ -592,6 +630,7 @@ class _Deferral:
                 min_messages=sensor.min_messages,
                 deadline=deadline,
                 poll_interval=float(sensor.poke_interval),
+                unreachable=self.report.carried(),
             ),
             method_name="execute_complete",
             kwargs={"deadline": deadline_iso(deadline)},
@@ -734,6 +773,12 @@ class NSQSensor(BaseSensorOperator):
         # poke and reschedule modes) when the next window may open.
         self._held: _HeldMessages | None = None
         self._schedule: _PokeSchedule | None = None
+        self._said_http_fallback = False
+
+    @cached_property
+    def unreachable_report(self) -> UnreachableReport:
+        """What this task says while nsqd cannot be reached (see the module's docstring)."""
+        return UnreachableReport(self.log, f"{self.topic}/{self.channel}")
 
     @cached_property
     def hook(self) -> NSQHook:
@@ -772,12 +817,27 @@ class NSQSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         """One check, then a window if the check allows it. True when the window yielded
         at least ``min_messages`` accepted messages; they stay in flight (unanswered)
-        until :meth:`execute` delivers them."""
+        until :meth:`execute` delivers them. An nsqd that cannot be reached is "not yet"
+        (poke and reschedule modes; the deferrable mode's first check leaves that to
+        :class:`_Deferral`)."""
         if self._schedule is None:
             self._schedule = _PokeSchedule(self)
         schedule = self._schedule
         schedule.poke_starts()
         self._check_rendered()
+        if self.deferrable:
+            return self._check_then_window(context, schedule)
+        try:
+            ready = self._check_then_window(context, schedule)
+        except NSQError as exc:
+            if not nsqd_unreachable(exc):
+                raise
+            schedule.after_unreachable(exc, context, self.unreachable_report)
+            return False
+        self.unreachable_report.answered()
+        return ready
+
+    def _check_then_window(self, context: Context, schedule: _PokeSchedule) -> bool:
         window = self._channel_window(context)
         depth = window.depth()
         if depth is not None:
@@ -788,6 +848,13 @@ class NSQSensor(BaseSensorOperator):
         else:
             window.metrics.incr("nsq.sensor.checks.tcp")  # the window is the check
         self._held = window.open()
+        if window.http_error is not None and not self._said_http_fallback:
+            self._said_http_fallback = True  # the window reached nsqd: only HTTP failed
+            self.log.warning(
+                "nsqd's HTTP API could not be read (%s): the window was the check (a short "
+                "window redelivers the messages it sees)",
+                window.http_error,
+            )
         if depth is None:
             schedule.after_window(self._held is not None, context, float(self.window_timeout))
         return self._held is not None
@@ -833,6 +900,12 @@ class NSQSensor(BaseSensorOperator):
                     if self._schedule is not None:
                         self._schedule.reschedule_for_next_window(exc)
                     raise
+                except AirflowSensorTimeout as exc:
+                    if not self.unreachable_report.tries:
+                        raise
+                    raise AirflowSensorTimeout(
+                        f"{exc} {self.unreachable_report.gave_up()}"
+                    ) from None
             self._deliver(context)
         finally:
             self.hook.close()

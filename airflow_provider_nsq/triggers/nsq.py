@@ -24,6 +24,10 @@ summed over the producers they list; the TCP peek is one
 
 While it waits it reports its health (:mod:`~airflow_provider_nsq.triggers.health`).
 
+While nsqd cannot be reached it says so quietly (:class:`UnreachableReport`, which the
+sensor uses too): one warning when the trouble starts, a reminder at most once a minute
+with the tries so far and the next wait, one line when nsqd answers again.
+
 Every wait is bounded: past ``deadline`` the trigger fires ``{"status": "timeout"}``
 itself, so the sensor's timeout holds even where the triggerer's own timeout is not
 applied (``dag.test()`` runs triggers inline without one).
@@ -37,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -53,7 +57,7 @@ from ..protocol.errors import NSQError
 from ..protocol.value_checks import is_number
 from .health import HealthReports, TriggerHealth
 
-__all__ = ["NSQMessageTrigger"]
+__all__ = ["NSQMessageTrigger", "UnreachableReport"]
 
 #: The shortest pause between two checks (a poll_interval of 0 must not spin).
 MIN_INTERVAL_S = 0.1
@@ -69,6 +73,11 @@ TCP_MAX_INTERVAL_S = 120.0
 HOLD_SHARE_OF_MSG_TIMEOUT = 0.8
 #: The deferred sensor's checks count as the sensor's (nsq.sensor.checks.*, depth).
 _METRICS = emitter("triggerer")
+#: While nsqd cannot be reached: after the first warning, a reminder at most this often.
+REMINDER_INTERVAL_S = 60.0
+#: The shortest wait before trying an nsqd that could not be reached again: the
+#: reconnect backoff's full jitter may draw a wait of almost nothing.
+MIN_RETRY_S = 0.5
 
 
 def deadline_iso(epoch: float) -> str:
@@ -83,6 +92,106 @@ def deadline_epoch(value: object) -> float | None:
     if is_number(value):
         return float(value)
     return None
+
+
+def duration_words(seconds: float) -> str:
+    """A wait or a span for people: ``0.5s``, ``12s``, ``2m05s``; never ``0.0s``."""
+    if seconds < 10:
+        return f"{max(seconds, 0.1):.1f}s"
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
+class UnreachableReport:
+    """What a wait says while nsqd cannot be reached, and how often.
+
+    A wait tries nsqd again and again while it is down (it may be restarting), in the
+    sensor's pokes and in its trigger; a line per try would bury the task's log. So:
+    a warning at the first failed try (the address and the refusal, when the next try
+    comes), then a reminder at most every :data:`REMINDER_INTERVAL_S` (the tries so far,
+    since when, the next wait), and one line when nsqd answers again.
+
+    The count crosses processes: the worker's first check hands :meth:`carried` to the
+    trigger it defers to, whose failures then continue it (no second warning).
+
+    :param log: where to say it.
+    :param what: what waits: ``topic/channel``.
+    :param carried: :meth:`carried` of the report of the process before, if any.
+    :param clock: seconds since the epoch (a wall clock: the count crosses processes).
+    """
+
+    def __init__(
+        self,
+        log: Any,
+        what: str,
+        carried: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.log, self.what, self.clock = log, what, clock
+        carried = carried or {}
+        self.tries: int = int(carried.get("tries") or 0)
+        self.since: float | None = carried.get("since")
+        self.said: float | None = carried.get("said")
+        self.last: str | None = carried.get("last")
+
+    def carried(self) -> dict[str, Any] | None:
+        """The count so far, JSON-safe (a trigger's keyword argument); None when nsqd
+        answered the last try."""
+        if not self.tries:
+            return None
+        return {"tries": self.tries, "since": self.since, "said": self.said, "last": self.last}
+
+    def failed(self, exc: BaseException, then: float | str | None) -> None:
+        """A try could not reach nsqd; ``then``: the wait before the next try (seconds),
+        what comes next in words, or None when no try comes before the deadline."""
+        now = self.clock()
+        self.tries += 1
+        self.last = str(exc)
+        if self.since is None:
+            self.since = now
+        if self.tries == 1:
+            self.said = now
+            self.log.warning(
+                "nsqd cannot be reached for %s: %s; %s", self.what, exc, self._next(then)
+            )
+            return
+        if self.said is not None and now - self.said < REMINDER_INTERVAL_S:
+            return
+        self.said = now
+        self.log.warning(
+            "nsqd still cannot be reached for %s: %s tries failed in %s (the last: %s); %s",
+            *(self.what, self.tries, duration_words(now - self.since), exc, self._next(then)),
+        )
+
+    def answered(self) -> None:
+        """nsqd answered a try: one line if it had not before, then the count starts over."""
+        if not self.tries:
+            return
+        span = duration_words(self.clock() - (self.since or self.clock()))
+        self.log.info(
+            "nsqd answered again for %s, after %s failed tries in %s",
+            *(self.what, self.tries, span),
+        )
+        self.tries, self.since, self.said, self.last = 0, None, None, None
+
+    def gave_up(self) -> str:
+        """The outage in words, for the line that ends the wait: the tries, how long,
+        the last error."""
+        span = duration_words(self.clock() - (self.since or self.clock()))
+        return (
+            f"nsqd could not be reached for {self.what}: {self.tries} tries failed in "
+            f"{span} (the last: {self.last})"
+        )
+
+    @staticmethod
+    def _next(then: float | str | None) -> str:
+        if then is None:
+            return "no further try before the deadline"
+        if isinstance(then, str):
+            return then
+        return f"the next try in {duration_words(then)}"
 
 
 class NSQMessageTrigger(BaseTrigger):
@@ -101,7 +210,8 @@ class NSQMessageTrigger(BaseTrigger):
 
     An nsqd that cannot be reached (connection refused, dropped or timed out) is tried
     again, with the reconnect backoff (:func:`~..client.backoff.reconnect_backoff`: 1 s
-    doubling to 60 s, full jitter), until the deadline: nsqd may be restarting.
+    doubling to 60 s, full jitter, at least :data:`MIN_RETRY_S`), until the deadline:
+    nsqd may be restarting. The log says so quietly (:class:`UnreachableReport`).
 
     :param topic: the topic name.
     :param channel: the channel name (a durable one: see the sensor's docs).
@@ -110,6 +220,8 @@ class NSQMessageTrigger(BaseTrigger):
     :param deadline: when to give up, as seconds since the epoch (None: never).
     :param poll_interval: seconds before the second check; later waits grow (backoff).
     :param read_timeout: seconds per wait for a delivery during a TCP peek.
+    :param unreachable: the sensor's tries that could not reach nsqd before it deferred
+        (:meth:`UnreachableReport.carried`): the trigger's own continue the count.
     """
 
     def __init__(
@@ -122,6 +234,7 @@ class NSQMessageTrigger(BaseTrigger):
         deadline: float | None = None,
         poll_interval: float = 5.0,
         read_timeout: float = 30.0,
+        unreachable: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.topic, self.channel, self.nsq_conn_id = topic, channel, nsq_conn_id
@@ -129,13 +242,16 @@ class NSQMessageTrigger(BaseTrigger):
         self.deadline = deadline
         self.poll_interval = poll_interval
         self.read_timeout = read_timeout
+        self.unreachable = unreachable
         self.consumer: AsyncNSQConsumer | None = None  # the peek's, while it runs
+        self._said_http_fallback = False
         self.health = TriggerHealth("sensor", _METRICS, topic=topic, channel=channel)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         # The keyword arguments are the attributes of the same names.
         names = ("topic", "channel", "nsq_conn_id", "min_messages", "deadline")
-        kwargs = {name: getattr(self, name) for name in (*names, "poll_interval", "read_timeout")}
+        more = ("poll_interval", "read_timeout", "unreachable")
+        kwargs = {name: getattr(self, name) for name in (*names, *more)}
         return f"{type(self).__module__}.{type(self).__qualname__}", kwargs
 
     # -- the wait ------------------------------------------------------------------------
@@ -181,19 +297,13 @@ class NSQMessageTrigger(BaseTrigger):
             "tcp": Backoff(first, max(TCP_MAX_INTERVAL_S, first), TCP_BACKOFF),
         }
         reconnect = reconnect_backoff()
+        report = UnreachableReport(self.log, f"{self.topic}/{self.channel}", self.unreachable)
         last_ready: int | None = None
         unreachable: str | None = None  # why the last check could not reach nsqd
         while True:
             remaining = self._remaining()
             if remaining is not None and remaining <= 0:
-                self.log.info(
-                    "Deadline passed: %s of %s message(s) ready on %s/%s%s",
-                    last_ready,
-                    self.min_messages,
-                    self.topic,
-                    self.channel,
-                    "" if unreachable is None else f"; nsqd could not be reached ({unreachable})",
-                )
+                self.log.info("%s", self._gave_up(last_ready, unreachable, report))
                 extra = {} if unreachable is None else {"unreachable": unreachable}
                 yield self._event("timeout", ready=last_ready, **extra)
                 return
@@ -204,10 +314,18 @@ class NSQMessageTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "error", "message": str(exc)})
                     return
                 unreachable = str(exc)
-                await self._retry(reconnect.next(), exc)
+                wait = max(reconnect.next(), MIN_RETRY_S)
+                remaining = self._remaining()
+                if remaining is not None and wait >= remaining:  # no try before the deadline
+                    report.failed(exc, None)
+                    wait = max(remaining, 0.0)
+                else:
+                    report.failed(exc, wait)
+                await asyncio.sleep(wait)
                 continue
             unreachable = None
             reconnect.reset()
+            report.answered()
             _METRICS.incr(f"nsq.sensor.checks.{checked_by}", topic=self.topic, channel=self.channel)
             if checked_by == "http":
                 _METRICS.gauge(
@@ -217,6 +335,20 @@ class NSQMessageTrigger(BaseTrigger):
                 yield self._ready(last_ready, checked_by)
                 return
             await self._pause(pauses[checked_by].next(), last_ready, checked_by)
+
+    def _gave_up(
+        self, ready: int | None, unreachable: str | None, report: UnreachableReport
+    ) -> str:
+        """The wait's last line: what the last check saw, in words."""
+        where = f"{self.topic}/{self.channel}"
+        if unreachable is not None:
+            return f"The deadline passed: {report.gave_up()}"
+        if ready is None:
+            return f"The deadline passed before a check of {where} could be made"
+        return (
+            f"The deadline passed: {where} held {ready} ready message(s) at the last "
+            f"check, {self.min_messages} needed"
+        )
 
     def _ready(self, ready: int, checked_by: str) -> TriggerEvent:
         self.log.info(
@@ -230,45 +362,43 @@ class NSQMessageTrigger(BaseTrigger):
         return self._event("ready", ready=ready, checked_by=checked_by)
 
     async def _pause(self, seconds: float, ready: int, checked_by: str) -> None:
-        """Wait before the next check (longer after each short one)."""
+        """Say what the check saw and when the next comes, then wait for it (longer after
+        each short check); past the deadline it never comes, and the log says so instead
+        (the loop then fires the timeout)."""
         seen = f"{ready} of {self.min_messages} message(s) ready on {self.topic}/{self.channel}"
-        await self._wait_for_next_check(seconds, f"{seen} (checked by {checked_by})", "info")
-
-    async def _retry(self, seconds: float, exc: NSQError) -> None:
-        """Wait before trying an nsqd that could not be reached again."""
-        why = f"nsqd cannot be reached for {self.topic}/{self.channel} ({exc})"
-        await self._wait_for_next_check(seconds, why, "warning")
-
-    async def _wait_for_next_check(self, seconds: float, what: str, level: str) -> None:
-        """Log ``what`` and when the next check comes, then wait for it; past the deadline
-        it never comes, and the log says so instead (the loop then fires the timeout)."""
+        seen = f"{seen} (checked by {checked_by})"
         remaining = self._remaining()
-        log = getattr(self.log, level)
         if remaining is not None and seconds >= remaining:
             remaining = max(remaining, 0.0)
-            log("%s; no next check: the deadline is in %.1fs", what, remaining)
+            self.log.info(
+                "%s; no next check: the deadline is in %s", seen, duration_words(remaining)
+            )
             await asyncio.sleep(remaining)
             return
-        log("%s; next check in %.1fs", what, seconds)
+        self.log.info("%s; next check in %s", seen, duration_words(seconds))
         await asyncio.sleep(seconds)
 
     async def _check(self, hook: NSQAdminHook, remaining: float | None) -> tuple[int, str]:
         """How many messages are ready, and how that was learnt: nsqd's ``/stats`` when
         the connection names its HTTP API and it answers, else a TCP peek."""
+        http_error: Exception | None = None
         try:
             depth = await hook.achannel_depth(self.topic, self.channel)
         except HTTP_UNREADABLE as exc:
-            self.log.warning(
-                "nsqd's HTTP API could not be read (%s); peeking over TCP instead (each peek "
-                "redelivers the messages it sees)",
-                exc,
-            )
-            depth = None
+            depth, http_error = None, exc
         if depth is not None:
             self.health.heard()
             return depth.ready, "http"
+        # An nsqd down altogether fails the peek too: that is one line, the caller's.
         ready = await self._peek(hook, remaining)
         self.health.heard()
+        if http_error is not None and not self._said_http_fallback:
+            self._said_http_fallback = True
+            self.log.warning(
+                "nsqd's HTTP API could not be read (%s): the checks peek over TCP instead "
+                "(each peek redelivers the messages it sees)",
+                http_error,
+            )
         return ready, "tcp"
 
     async def _peek(self, hook: NSQAdminHook, remaining: float | None) -> int:

@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
-from importlib.metadata import version
+from importlib.metadata import distribution, version
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,23 @@ AIRFLOW_VERSION = Version(version("apache-airflow"))
 unraisable_is_an_error = pytest.mark.filterwarnings(
     "error::pytest.PytestUnraisableExceptionWarning"
 )
+
+
+def project_urls() -> dict[str, str]:
+    """pyproject.toml's ``[project.urls]``, as the installed distribution carries them
+    (``Project-URL``: Airflow reads the documentation link there); skips while the
+    installed metadata predates them (an editable install from before a change:
+    ``make install`` refreshes it)."""
+    written = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    urls: dict[str, str] = written["project"]["urls"]
+    fields = distribution("airflow-provider-nsq").metadata.get_all("Project-URL") or []
+    installed = dict(tuple(part.strip() for part in field.split(",", 1)) for field in fields)
+    if installed != urls:
+        pytest.skip(
+            "the installed metadata predates pyproject.toml's [project.urls] "
+            "(`make install` refreshes it)"
+        )
+    return urls
 
 
 def needs_airflow(minimum: str, what: str) -> pytest.MarkDecorator:

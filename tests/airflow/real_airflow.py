@@ -251,9 +251,11 @@ class RealAirflow:
         is ``scheduler-2`` (Airflow puts it in metric tags, where ``#`` is refused)."""
         return name.replace("#", "-")
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, shell: str | None = None) -> None:
         """Start a component: ``scheduler``, or ``scheduler#2`` for a second one (its log
-        ``scheduler#2.log``, its host name :meth:`hostname`)."""
+        ``scheduler#2.log``, its host name :meth:`hostname`). ``shell``: bash lines run
+        first in the same shell (a page's commands: what they export, the component
+        gets)."""
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         kind = name.split("#")[0]
@@ -262,8 +264,11 @@ class RealAirflow:
             # Celery's node name: two workers on one host need names of their own.
             args += ["--celery-hostname", f"{self.hostname(name)}@%h"]
             args += ["--concurrency", str(self.worker_concurrency)]
+        command = [AIRFLOW, *args]
+        if shell is not None:
+            command = ["bash", "-euo", "pipefail", "-c", f'{shell}\nexec "$@"', "bash", *command]
         self.processes[name] = subprocess.Popen(
-            [AIRFLOW, *args],
+            command,
             env={**self.env, "NSQ_TEST_COMPONENT": self.hostname(name)},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -275,6 +280,10 @@ class RealAirflow:
         them); skips the test when the API server does not come up."""
         for name in names:
             self.start(name)
+        self.wait_for_api()
+
+    def wait_for_api(self) -> None:
+        """Wait until the API server answers; skips the test when it does not."""
         try:
             wait_until("the API server answers", self.api_healthy, 180, interval=1)
         except AssertionError as exc:
@@ -306,6 +315,14 @@ class RealAirflow:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(request, timeout=30) as response:
             return json.loads(response.read() or b"null")
+
+    def login(self, username: str, password: str) -> None:
+        """Sign in as a user of the simple auth manager (its token goes with every
+        :meth:`api` request from now on), as the UI's login page does."""
+        answer = self._request(
+            "POST", "/auth/token", {"username": username, "password": password}, {}
+        )
+        self._token = answer["access_token"]
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """A JSON request to the API server, with the token the simple auth manager hands

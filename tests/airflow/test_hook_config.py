@@ -194,6 +194,40 @@ def test_unknown_extra_names_the_key_but_not_its_value(monkeypatch, caplog):
     assert SECRET not in caplog.text
 
 
+def test_a_task_names_the_connection_the_user_made(monkeypatch):
+    conn = {"conn_type": "nsq", "host": "nsqd", "extra": {"http_prot": 4151}}
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_UI", json.dumps(conn))
+    with pytest.raises(NSQConnectionConfigError) as info:
+        NSQHook(nsq_conn_id="nsq_ui").get_settings()
+    assert str(info.value).startswith("NSQ connection 'nsq_ui': extra 'http_prot': unknown; ")
+
+
+def test_airflows_connection_test_says_this_connection_not_its_temporary_id(monkeypatch):
+    """The code path of ``POST /api/v2/connections/test`` (the UI's Test button) on
+    Airflow 3.0 to 3.3: a copy of the connection under a random id, exported as an
+    environment variable, then ``Connection.test_connection()``, which builds the hook by
+    that id. The answer must not name an id the user never chose."""
+    from airflow.models.connection import Connection
+    from airflow.utils.strings import get_random_string
+
+    transient = get_random_string()
+    conn = Connection(
+        conn_id=transient,
+        conn_type="nsq",
+        host="127.0.0.1",
+        port=4150,
+        extra=json.dumps({"http_prot": 4151}),
+    )
+    monkeypatch.setenv(f"AIRFLOW_CONN_{transient.upper()}", conn.get_uri())
+
+    ok, message = conn.test_connection()
+
+    assert not ok
+    assert message.startswith("this connection: extra 'http_prot': unknown; known: "), message
+    assert "http_port" in message  # what it may have meant
+    assert transient not in message
+
+
 def test_a_bad_url_is_refused_without_showing_it(monkeypatch):
     url = f"nsqadmin.internal/?token={SECRET}"  # no scheme: not a URL nsqadmin serves
     conn = {"conn_type": "nsq", "host": "nsqd", "extra": {"nsqadmin_url": url}}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_nsq.client.settings.address import DEFAULT_NSQD_TCP_PORT
-from airflow_provider_nsq.provider_info import CONN_FIELDS
+from airflow_provider_nsq.provider_info import CONN_FIELDS, provider_info
 
-from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow
+from .conftest import AIRFLOW_VERSION, airflow_cli_json, needs_airflow, project_urls
 
 HOOK = "airflow_provider_nsq.hooks.nsq.NSQHook"
 
@@ -45,6 +46,23 @@ def test_provider_is_registered(providers_manager):
     info = providers_manager.providers["airflow-provider-nsq"]
     assert info.data["name"] == "NSQ"
     assert info.version
+
+
+def test_the_providers_page_shows_the_description_and_links_the_documentation(
+    providers_manager,
+):
+    """What ``/api/v2/providers`` and ``airflow providers list`` (the UI's Providers page)
+    show: the description with reST's characters (`_<>) removed, which must remove
+    nothing; the documentation link, from the distribution's ``Documentation`` project
+    URL (pyproject.toml)."""
+    info = providers_manager.providers["airflow-provider-nsq"]
+    written = provider_info()["description"]
+    assert re.sub("[`_<>]", "", written) == written
+    if "documentation-url" not in info.data:
+        pytest.skip(f"Airflow {AIRFLOW_VERSION} shows no documentation link for providers")
+    urls = project_urls()
+    assert info.data["documentation-url"] == urls["Documentation"]
+    assert urls["Documentation"].startswith("https://")
 
 
 def _task_side_hooks():

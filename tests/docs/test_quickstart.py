@@ -8,11 +8,15 @@ It creates a virtualenv and installs the provider from this checkout with Airflo
 SQLite metadata database, starts the embedded nsqd, writes the DAG into the DAG folder
 and runs ``airflow dags test``: a minute or two. In the same virtualenv, the quick
 start's install, a second run with no new order ends as the README says (the sensor's
-one-minute timeout), and a DAG folder of every example DAG imports.
+one-minute timeout), and a DAG folder of every example DAG imports. Neither run logs
+Airflow's warning about a secret too short to mask (the quick start's connection is in
+the JSON form). The UI step's ``airflow standalone`` and what the UI shows are marked
+for tests/airflow/test_connection_form_ui.py, which checks them in a browser.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,17 +38,32 @@ _SECOND_RUN = re.compile(
     r"Run it again with no new order.*?the task fails with `([^`]*)`", re.DOTALL
 )
 _SECTION = re.compile(r"^## Quick start\n(.*?)(?=^## )", re.MULTILINE | re.DOTALL)
-_BASH = re.compile(r"^```bash\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-_TEXT = re.compile(r"^```text\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+#: Marks a block of the quick start that this test leaves to the browser test: the UI
+#: step's ``airflow standalone`` (it serves until Ctrl-C) and what the UI then shows.
+IN_A_BROWSER = "<!-- checked in a browser: tests/airflow/test_connection_form_ui.py -->"
+_BLOCK = re.compile(
+    rf"(?P<marker>^{re.escape(IN_A_BROWSER)}\n)?^```(?P<kind>bash|text)\n(?P<body>.*?)^```$",
+    re.MULTILINE | re.DOTALL,
+)
+#: What Airflow's secret masker logs about a text value shorter than 5 characters (the
+#: quick start's connection keeps http_port a number, in the JSON form, so it never does).
+_SHORT_SECRET = "Skipping masking for a secret as it's too short"
+
+
+def quick_start_blocks(*, in_a_browser: bool = False) -> tuple[list[str], list[str]]:
+    """The quick start's shell blocks, and the output lines it says a user sees: those
+    this test runs, or (``in_a_browser``) those marked for the browser test."""
+    section = _SECTION.search(README.read_text(encoding="utf-8"))
+    assert section, "README.md has no '## Quick start' section"
+    chosen = [m for m in _BLOCK.finditer(section.group(1)) if bool(m["marker"]) == in_a_browser]
+    blocks = [m["body"] for m in chosen if m["kind"] == "bash"]
+    shown = [line for m in chosen if m["kind"] == "text" for line in m["body"].splitlines()]
+    return blocks, shown
 
 
 def quick_start() -> tuple[list[str], list[str]]:
-    """The quick start's shell blocks, and the output lines it says a user sees."""
-    section = _SECTION.search(README.read_text(encoding="utf-8"))
-    assert section, "README.md has no '## Quick start' section"
-    blocks = _BASH.findall(section.group(1))
-    shown = [line for block in _TEXT.findall(section.group(1)) for line in block.splitlines()]
-    return blocks, shown
+    """The quick start's shell blocks this test runs, and the output lines it checks."""
+    return quick_start_blocks()
 
 
 def _free_port() -> int:
@@ -58,7 +77,11 @@ def test_the_quick_start_names_what_it_shows() -> None:
     script = "\n".join(blocks)
     assert "airflow dags test orders" in script
     assert "python -m airflow_provider_nsq.testing.broker" in script
+    assert "airflow standalone" not in script  # left to the browser test
     assert shown, "the quick start shows no output"
+    ui_blocks, ui_shown = quick_start_blocks(in_a_browser=True)
+    assert [block.split("#")[0].strip() for block in ui_blocks] == ["airflow standalone"]
+    assert ui_shown[0] == "Test Connection Successful"
 
 
 @dataclass(frozen=True)
@@ -123,6 +146,7 @@ def test_the_quick_start_runs_as_written(quick_start_run: QuickStart) -> None:
     lines = quick_start_run.output.splitlines()
     for expected in shown:
         assert expected in lines, f"{expected!r} is not in the quick start's output:\n{tail}"
+    assert _SHORT_SECRET not in quick_start_run.output, tail
 
 
 @pytest.mark.slow
@@ -142,7 +166,9 @@ def test_a_second_run_with_no_order_ends_as_the_readme_says(
         {
             "PATH": f"{quick_start_run.bin}{os.pathsep}{env.get('PATH', '')}",
             "AIRFLOW_HOME": str(quick_start_run.folder / "airflow"),
-            "AIRFLOW_CONN_NSQ_DEFAULT": f"nsq://127.0.0.1:{tcp}?http_port={http}",
+            "AIRFLOW_CONN_NSQ_DEFAULT": json.dumps(
+                {"conn_type": "nsq", "host": "127.0.0.1", "port": tcp, "extra": {"http_port": http}}
+            ),
         }
     )
     # A fresh nsqd: the channel holds no order.
@@ -169,6 +195,7 @@ def test_a_second_run_with_no_order_ends_as_the_readme_says(
     assert done.returncode != 0, output[-4000:]
     assert error in output, f"{error!r} not in:\n{output[-4000:]}"
     assert "state=failed" in output, output[-4000:]
+    assert _SHORT_SECRET not in output, output[-4000:]
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from airflow_provider_nsq.protocol import (
     is_ephemeral,
     is_valid_name,
     split_mpub,
+    validate_channel_name,
     validate_topic_name,
 )
 from airflow_provider_nsq.protocol.constants import DEFAULT_MAX_FRAME_SIZE
@@ -71,6 +72,33 @@ def test_invalid_names_are_refused_with_the_reason(name: str, why: str) -> None:
     with pytest.raises(NSQValueError, match=why) as info:
         validate_topic_name(name)
     assert repr(name) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("hello space", "' ' is not allowed"),
+        ("bad topic!", "' ' and '!' are not allowed"),
+        ("t#other", "'#' is not allowed"),
+        ("a" * 65, "it is 65 characters long"),
+        ("", "it is empty"),
+        ("#ephemeral", "it has nothing before '#ephemeral'"),
+    ],
+)
+def test_the_error_says_what_is_wrong_then_every_rule_nsqd_applies(name: str, problem: str) -> None:
+    """What a DAG author reads when a literal name fails the DAG file's import: this
+    name's problem first, then all of nsqd's rules (docs/nsqd-facts.md, section 5), the
+    length included, so that one fix is enough."""
+    with pytest.raises(NSQValueError) as info:
+        validate_channel_name(name)
+    text = str(info.value)
+    assert text.startswith(f"invalid channel name {name!r}: {problem}; nsqd takes "), text
+    for rule in (
+        "1 to 64 characters, the '#ephemeral' suffix included",
+        "letters, digits, '.', '_' and '-'",
+        "optionally ending in '#ephemeral'",
+    ):
+        assert rule in text, (rule, text)
 
 
 def test_ephemeral() -> None:
