@@ -203,16 +203,16 @@ METRICS: dict[str, Metric] = {
         Metric(
             f"{PREFIX}.consume.apply_duration",
             "timer",
-            "NSQConsumeOperator: milliseconds one call of the apply function took, sent "
-            "once per hand-off to the function's thread: the mean of its calls (each call "
-            "of apply_function_batch).",
+            "NSQConsumeOperator: milliseconds one call of the apply function took: the "
+            "mean of the calls since the last report, sent at most once a second and when "
+            "the task ends.",
             _CONSUME_TAGS,
         ),
         Metric(
             f"{PREFIX}.consume.delay",
             "timer",
             "NSQConsumeOperator: milliseconds from publish (nsqd's timestamp of the oldest "
-            "message FINished in a hand-off) to its FIN.",
+            "message FINished since the last report, at most once a second) to its FIN.",
             _CONSUME_TAGS,
         ),
         Metric(

@@ -236,13 +236,31 @@ def message_records(
     connection looked up once, not per message (what a batch, a window or a hand-off
     of many messages pays)."""
     nsqds: dict[Any, str] = {}
-    records = []
+    records: list[dict[str, Any]] = []
+    append = records.append
     for message in messages:
         conn = message.connection
         nsqd = nsqds.get(conn)
         if nsqd is None:
             nsqd = nsqds[conn] = message.nsqd or ""
-        records.append(message_record(message, topic, channel, nsqd=nsqd))
+        body = message.body
+        try:
+            text, encoding = body.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            text, encoding = base64.b64encode(body).decode("ascii"), "base64"
+        # What message_record makes, written out: this runs once per message of a batch.
+        append(
+            {
+                "id": message.raw_id.decode("ascii", "replace"),
+                "body": text,
+                "body_encoding": encoding,
+                "attempts": message.attempts,
+                "timestamp": message.timestamp,
+                "topic": topic,
+                "channel": channel,
+                "nsqd": nsqd,
+            }
+        )
     return records
 
 

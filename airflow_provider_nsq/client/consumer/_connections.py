@@ -259,7 +259,7 @@ class Ledger:
         self._deliveries.append(_Delivery(messages, now))
         self._count += len(messages)
         if self._count > LEDGER_SLACK and self._count > 2 * in_flight() + LEDGER_SLACK:
-            self._keep(lambda m: not m.responded)
+            self._keep(None)
 
     def forget(self, conn: object) -> None:
         """Drop what ``conn`` delivered (it broke: nobody can answer those any more)."""
@@ -287,11 +287,15 @@ class Ledger:
         oldest = min((d.touched for d in deliveries), default=now)
         return messages, max(oldest + after - now, TOUCH_CHECK_MIN_S)
 
-    def _keep(self, keep: Callable[[NSQMessage], bool]) -> None:
+    def _keep(self, keep: Callable[[NSQMessage], bool] | None) -> None:
+        """Keep the listed messages ``keep`` accepts (None: those not answered yet)."""
         kept: deque[_Delivery] = deque()
         count = 0
         for delivery in self._deliveries:
-            delivery.messages = [m for m in delivery.messages if keep(m)]
+            if keep is None:  # the common case, once per many deliveries: no call each
+                delivery.messages = [m for m in delivery.messages if not m.responded]
+            else:
+                delivery.messages = [m for m in delivery.messages if keep(m)]
             if delivery.messages:
                 kept.append(delivery)
                 count += len(delivery.messages)

@@ -25,7 +25,8 @@ What a message costs is paid per hand-off, not per message: the function thread 
 handed every message held at once (up to ``batch_size``; a per-message function is
 called on each in turn, stopping after the first that raises), the answers of the calls
 that ended are written together (one FIN write per connection), and the metrics are
-counted in memory and sent once per hand-off. A message is still FINished only after
+counted in memory and sent at most once a second (and when the run ends). A message
+is still FINished only after
 its own call returned: the answers of a long hand-off are written at every keep-alive
 slice, while the function runs on the next message. Why a thread and not the task's
 own: the blocking consumer must do its I/O (heartbeats, TOUCH) while a slow function
@@ -61,6 +62,8 @@ log = logging.getLogger(__name__)
 
 #: A batch takes what is delivered until it is full or nothing came for this long.
 BATCH_GATHER_S = 0.25
+#: Metrics are sent at most this often (seconds), and when the run ends.
+REPORT_EVERY_S = 1.0
 #: The longest single wait for a delivery, so that a stop request is seen soon.
 READ_SLICE_S = 0.5
 Counted = Literal["applied", "requeued", "dead_lettered", "dead_letter_failed", "exhausted"]
@@ -245,10 +248,14 @@ class ConsumeApply:
         self._thread = FunctionThread(f"nsq-apply-{topic}-{channel}")
         self._held: deque[NSQMessage] = deque()  # read, not yet handed to the function
         self._budget = -1  # the in-flight budget last set
-        # What the run did since the last report (sent once per hand-off, never per
-        # message): the counts, and the oldest message FINished (nsqd's timestamp).
+        # What the run did since the last report (sent at most every REPORT_EVERY_S and
+        # when the run ends, never per message): the counts, the calls and their time,
+        # and the oldest message FINished (nsqd's timestamp).
         self._counts: dict[Counted, int] = dict.fromkeys(get_args(Counted), 0)
+        self._calls = 0
+        self._call_seconds = 0.0
         self._oldest_finished = _NEVER
+        self._next_report = 0.0
 
     def run(self) -> ApplySummary:
         """Start the consumer, apply until the run ends, close the consumer (which REQs
@@ -262,6 +269,7 @@ class ConsumeApply:
             started = True
             self.summary.ended = self._loop()
         finally:
+            self._report()
             try:
                 # Ended on max_messages, nothing is on the wire: the budget kept nsqd's
                 # RDY at what the run could still answer, so with all answered it sent
@@ -347,7 +355,7 @@ class ConsumeApply:
         on the function thread, and answer each message as its call ends: FIN after it
         returned, REQ or dead letter after it raised. One hand-off for the whole group,
         answers written together (one write per connection for what is done at each
-        look), metrics counted here and sent once per group. False when the run was
+        look), metrics counted here. False when the run was
         stopped meanwhile: what is not answered is handed back by ``close()``."""
         records = message_records(group, self.topic, self.channel)
         calls = _Calls(self.function, records, batch=self.settings.batch)
@@ -357,7 +365,6 @@ class ConsumeApply:
         while not self.holder.wait_for(future, lambda: self.stopping() or calls.unanswered):
             if self.stopping():
                 calls.stop = True  # no further call starts; the running one is left
-                self._report(calls)
                 return False
             self._answer(group, calls)
         self._answer(group, calls)
@@ -365,7 +372,10 @@ class ConsumeApply:
             # The function raised on a message: the ones after it were not called on
             # yet, and go first into the next group, in their order.
             self._held.extendleft(reversed(group[calls.answered :]))
-        self._report(calls)
+        self._calls += calls.called
+        self._call_seconds += calls.seconds
+        if time.monotonic() >= self._next_report:
+            self._report()
         return True
 
     def _answer(self, group: list[NSQMessage], calls: _Calls) -> None:
@@ -434,16 +444,19 @@ class ConsumeApply:
         if poison is not None:
             raise poison
 
-    def _report(self, calls: _Calls) -> None:
-        """Send what the last group did: the counts, the mean call's duration, and how
-        far behind the topic the oldest message FINished was (one call per metric)."""
+    def _report(self) -> None:
+        """Send what the run did since the last report: the counts, the mean call's
+        duration, and how far behind the topic the oldest message FINished was (one
+        call per metric)."""
+        self._next_report = time.monotonic() + REPORT_EVERY_S
         metrics = self.metrics
         for what, n in self._counts.items():
             if n:
                 metrics.count(what, n)
         self._counts = dict.fromkeys(self._counts, 0)
-        if calls.called and not calls.stop:  # a stopped group's last call is still running
-            metrics.time("apply_duration", calls.seconds / calls.called)
+        if self._calls:
+            metrics.time("apply_duration", self._call_seconds / self._calls)
+            self._calls, self._call_seconds = 0, 0.0
         if self._oldest_finished != _NEVER:
             metrics.time("delay", time.time() - self._oldest_finished / 1e9)
             self._oldest_finished = _NEVER
