@@ -40,7 +40,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="nsq-bench-airflow
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection  # noqa: E402
-from airflow_provider_nsq.testing.nsqd_server import NSQDServer  # noqa: E402
+from airflow_provider_nsq.testing.handles import NSQDServer  # noqa: E402
 
 CHANNEL = "bench"
 #: (label, messages, publish mode, pause between messages in s, trigger settings)

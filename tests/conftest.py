@@ -28,6 +28,10 @@ from typing import Any
 
 import pytest
 
+#: The provider's fixtures (``nsqd``, ``nsq_topic`` ...): installing the provider does not
+#: register them (docs/testing.md), a suite loads them here, in its top-level conftest.py.
+pytest_plugins = ["airflow_provider_nsq.testing.pytest_plugin"]
+
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DAGS = ROOT / "tests" / "dags"
 EXAMPLE_DAGS = ROOT / "example_dags"

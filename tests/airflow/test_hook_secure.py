@@ -9,7 +9,7 @@ import time
 import pytest
 
 from airflow_provider_nsq.hooks.nsq import NSQHook
-from airflow_provider_nsq.testing.auth import StaticAuthorizer, allow_all
+from airflow_provider_nsq.testing.auth_server import StaticAuthorizer, allow_all
 
 SECRET = "etl-secret-9f2c71"
 

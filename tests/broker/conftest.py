@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from airflow_provider_nsq.testing.nsqd_server import NSQDServer
+from airflow_provider_nsq.testing.handles import NSQDServer
 from tests.broker.wire import Peer, connect
 
 

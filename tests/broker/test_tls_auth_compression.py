@@ -17,10 +17,10 @@ import urllib.error
 import urllib.request
 
 import pytest
+from airflow_provider_nsq.testing.broker.auth import query_authd
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
-from airflow_provider_nsq.testing.auth import AuthServer, StaticAuthorizer, allow_all
-from airflow_provider_nsq.testing.broker.auth import query_authd
+from airflow_provider_nsq.testing.auth_server import AuthServer, StaticAuthorizer, allow_all
 from airflow_provider_nsq.testing.servers.http_server import Request, Response, start_http_server
 from airflow_provider_nsq.testing.servers.loop_thread import LoopThread
 from tests.broker.wire import cmd, mpub_body

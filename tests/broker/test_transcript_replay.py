@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_nsq.testing.auth import AuthServer
+from airflow_provider_nsq.testing.auth_server import AuthServer
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.certificates import TLSFiles
 from tests.broker.wire import Frame, Peer

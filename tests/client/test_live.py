@@ -210,7 +210,7 @@ def _read_one(conn, timeout: float = 10.0):
 def test_auth_with_a_secret_publishes_and_a_bad_secret_fails_without_leaking(
     kind, nsqd_factory, nsq_topic
 ) -> None:
-    from airflow_provider_nsq.testing.auth import StaticAuthorizer, allow_all
+    from airflow_provider_nsq.testing.auth_server import StaticAuthorizer, allow_all
 
     server = nsqd_factory(authorizer=StaticAuthorizer({"good-secret": allow_all("alice")}))
     server.create_channel(nsq_topic, "c")

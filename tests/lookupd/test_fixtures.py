@@ -10,9 +10,8 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
-from airflow_provider_nsq.testing.lookupd_server import NSQLookupdServer
-from airflow_provider_nsq.testing.nsqd_server import NSQDServer
-from airflow_provider_nsq.testing.topology import NSQTopology
+from airflow_provider_nsq.testing.handles import NSQDServer, NSQLookupdServer
+from airflow_provider_nsq.testing.topologies import NSQTopology
 
 
 def closed_port() -> int:
@@ -101,7 +100,7 @@ def test_topology_passes_broker_options(nsq_topology: Callable[..., NSQTopology]
 
 def test_embedded_topology_without_pytest(nsq_topic: str) -> None:
     """What the demo and the benchmark use: no fixture, background threads."""
-    from airflow_provider_nsq.testing.embedded_topology import EmbeddedTopology
+    from airflow_provider_nsq.testing.topologies import EmbeddedTopology
 
     with EmbeddedTopology(n=2, max_rdy_count=50) as topology:
         assert topology.lookupd is not None

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
-from airflow_provider_nsq.testing.lookupd_server import NSQLookupdServer
-from airflow_provider_nsq.testing.nsqd_server import NSQDServer
+from airflow_provider_nsq.testing.handles import NSQDServer, NSQLookupdServer
 
 
 @pytest.fixture

@@ -267,7 +267,7 @@ def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
     from airflow_provider_nsq.client import ClientConfig
     from airflow_provider_nsq.hooks.nsq import NSQHook
     from airflow_provider_nsq.spark import options_from_client_config
-    from airflow_provider_nsq.testing.auth import StaticAuthorizer, allow_all
+    from airflow_provider_nsq.testing.auth_server import StaticAuthorizer, allow_all
 
     server = nsqd_factory(
         tls_cert=tls_files.server_cert,
