@@ -20,8 +20,8 @@ from airflow_provider_nsq.protocol import (
     NSQTimeoutError,
     NSQValueError,
 )
-from tests.client.drivers import DRIVERS, make_consumer, make_driver
-from tests.client.scripted_nsqd import Peer, ScriptedNSQD
+from tests.support.drivers import DRIVERS, make_consumer, make_driver
+from tests.support.scripted_nsqd import Peer, ScriptedNSQD
 
 pytestmark = pytest.mark.parametrize("kind", DRIVERS)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow.dag_parsing import parse_dag_folders
+from tests.support.dag_parsing import parse_dag_folders
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

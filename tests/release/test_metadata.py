@@ -148,3 +148,9 @@ def test_the_pytest_plugin_loads_only_where_a_conftest_asks_for_it():
     line = 'pytest_plugins = ["airflow_provider_nsq.testing.pytest_plugin"]'
     assert line in (ROOT / "tests" / "conftest.py").read_text()
     assert line in (ROOT / "docs" / "testing.md").read_text()
+
+
+def test_the_sessions_run_test_paths_that_exist(noxfile):
+    # A moved test folder must not silently drop out of the version matrix.
+    for path in [*noxfile.AIRFLOW_TESTS, *noxfile.LIBRARY_TESTS, *noxfile.SPARK_EXTRAS_TESTS]:
+        assert (ROOT / path).exists(), f"noxfile.py runs {path}, which does not exist"

@@ -19,7 +19,7 @@ from airflow_provider_nsq.client import AsyncNSQConnection, ClientConfig, NSQCon
 from airflow_provider_nsq.protocol import NSQError
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.faults import FaultProxy
-from tests.client.drivers import DRIVERS
+from tests.support.drivers import DRIVERS
 
 CONNECT_TIMEOUT = 1.0
 READ_TIMEOUT = 1.0

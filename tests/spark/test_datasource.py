@@ -309,7 +309,7 @@ def test_nsqd_tcp_addresses_spread_partitions_and_skip_a_dead_nsqd(
     spark: Any, save: Save, nsq_topology: Any, nsq_topic: str, tmp_path: Path
 ) -> None:
     from airflow_provider_nsq.client.consumer import NSQConsumer
-    from tests.client.net import closed_port
+    from tests.support.net import closed_port
 
     topology = nsq_topology(n=2)
     for nsqd in topology.nsqds:
