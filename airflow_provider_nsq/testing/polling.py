@@ -15,6 +15,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+#: What a wait says when it fails: a text, a function giving one, or None (the
+#: predicate's name).
+Message = str | Callable[[], str] | None
 
 __all__ = ["async_wait_for", "wait_for"]
 
@@ -24,7 +27,7 @@ def wait_for(
     timeout: float = 5.0,
     interval: float = 0.02,
     *,
-    message: str | None = None,
+    message: Message = None,
 ) -> T:
     """Poll ``predicate`` until it returns something truthy, and return that.
 
@@ -32,7 +35,8 @@ def wait_for(
         seconds.
     :param timeout: the bound, in seconds.
     :param message: what was awaited, said by the ``AssertionError`` raised after
-        ``timeout`` seconds (default: the predicate's name), with the last value seen.
+        ``timeout`` seconds (default: the predicate's name), with the last value seen; or
+        a function that says it then (to describe the state the wait ended in).
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -49,7 +53,7 @@ async def async_wait_for(
     timeout: float = 5.0,
     interval: float = 0.02,
     *,
-    message: str | None = None,
+    message: Message = None,
 ) -> T:
     """:func:`wait_for` in a coroutine: the running event loop goes on between polls (a
     predicate that reads what the loop's own tasks do needs that)."""
@@ -64,7 +68,9 @@ async def async_wait_for(
 
 
 def _not_met(
-    predicate: Callable[[], Any], timeout: float, message: str | None, last: Any
+    predicate: Callable[[], Any], timeout: float, message: Message, last: Any
 ) -> AssertionError:
+    if callable(message):
+        message = message()
     what = message or f"condition {getattr(predicate, '__name__', repr(predicate))}"
     return AssertionError(f"{what}: not met within {timeout}s (last: {last!r})")

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ import pytest
 from airflow_provider_nsq.client.transport.http_request import NSQ_V1_ACCEPT, http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.conformance.lookupd_transcript import (
     REMOTE_ADDRESS,
     LookupdTranscript,
@@ -138,14 +138,6 @@ def normalise_debug(doc: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]
     return out
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, "condition not met within the bound"
-        time.sleep(0.01)
-    return result
-
-
 @contextmanager
 def topology(t: LookupdTranscript) -> Iterator[Topology]:
     with ExitStack() as stack:
@@ -161,11 +153,11 @@ def topology(t: LookupdTranscript) -> Iterator[Topology]:
             for name, channel in (("A", "ch_a"), ("B", "ch_b")):
                 topo.nsqd_post(name, "/pub?topic=lookup_topic")
                 topo.nsqd_post(name, f"/channel/create?topic=lookup_topic&channel={channel}")
-                wait_for(lambda c=channel: c in topo.lookupd_channels("lookup_topic"))
-            wait_for(lambda: len(lookupd.producers("lookup_topic")) == 2)
+                wait_for(lambda c=channel: c in topo.lookupd_channels("lookup_topic"), 10)
+            wait_for(lambda: len(lookupd.producers("lookup_topic")) == 2, 10)
             if any("second_topic" in line for line in t.data.get("setup", [])):
                 topo.nsqd_post("A", "/pub?topic=second_topic")
-                wait_for(lambda: lookupd.producers("second_topic"))
+                wait_for(lambda: lookupd.producers("second_topic"), 10)
         yield topo
 
 
@@ -228,7 +220,7 @@ def run_check(topo: Topology, step: dict[str, Any], after_action: bool) -> None:
         return body.decode() == step.get("body_text", "")
 
     if after_action:  # the nsqd's (UN)REGISTER reaches the lookupd a moment later
-        wait_for(matches)
+        wait_for(matches, 10)
     else:
         assert matches(), check
 

@@ -12,8 +12,9 @@ import time
 from airflow_provider_nsq.client.transport.http_request import http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.conformance.lookupd_transcript import load
-from tests.support.daemon_processes import daemon, lookup, wait_for
+from tests.support.daemon_processes import daemon, lookup
 
 TIMING = {t.name: t for t in load("timing")}
 BOUND_S = 5.0  # recorded: a few ms; generous for a loaded CI machine
@@ -46,7 +47,7 @@ def test_a_new_topic_is_in_lookup_right_after_the_publish() -> None:
                 timeout=10,
             )
             assert response.status == 200
-            wait_for(lambda t=topic: lookupd.producers(t), BOUND_S)
+            wait_for(lambda t=topic: lookupd.producers(t), BOUND_S, 0.01)
             delays.append(time.monotonic() - sent)
         assert max(delays) < BOUND_S
         # Same order of magnitude as real nsqd: well under a second typically.
@@ -70,12 +71,14 @@ def test_a_stopped_nsqd_leaves_lookup_as_its_connection_closes() -> None:
                     "127.0.0.1", port, "/pub?topic=exit_topic", method="POST", body=b"x", timeout=10
                 )
                 assert response.status == 200
-            wait_for(lambda: len(lookupd.producers("exit_topic")) == 2)
+            wait_for(lambda: len(lookupd.producers("exit_topic")) == 2, 10)
             for proc, sig in ((b, signal.SIGTERM), (a, signal.SIGKILL)):
                 before = len(lookupd.producers("exit_topic"))
                 sent = time.monotonic()
                 proc.send_signal(sig)
-                wait_for(lambda n=before: len(lookupd.producers("exit_topic")) == n - 1, BOUND_S)
+                wait_for(
+                    lambda n=before: len(lookupd.producers("exit_topic")) == n - 1, BOUND_S, 0.01
+                )
                 assert time.monotonic() - sent < BOUND_S
             assert b.wait(10) == 0  # SIGTERM: a clean exit
         assert lookup(lookupd.http_port, "exit_topic") == (200, {"channels": [], "producers": []})

@@ -34,6 +34,7 @@ import pytest
 from airflow_provider_nsq.client.transport.http_request import NSQ_V1_ACCEPT, http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.conformance.lookupd_transcript import LookupdTranscript, load, normalise, with_ports
 from tests.conformance.recording_proxy import RecordingProxy
 
@@ -247,10 +248,12 @@ class Replay:
 
         # A close reaches the lookupd's DB a moment after the proxy saw it: poll.
         wanted = (step["status"], normalise(expected) if "json" in step else None)
-        deadline = time.monotonic() + 5
-        while (got := answer()) != wanted and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert got == wanted, check
+        wait_for(
+            lambda: answer() == wanted,
+            5,
+            0.01,
+            message=lambda: f"{check}: answered {answer()}, not {wanted}",
+        )
 
 
 @contextmanager

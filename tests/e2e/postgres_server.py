@@ -28,9 +28,10 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from airflow_provider_nsq.testing.polling import wait_for
 
 #: The unprivileged user the server runs as when the tests run as root.
 SERVER_USER = "postgres"
@@ -194,17 +195,14 @@ class PostgresServer:
             start_new_session=True,  # a Ctrl-C reaches pytest, which stops it after Airflow
             **self._as_user(),
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._accepts():
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"postgres exited with {self.process.returncode}:\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"postgres did not accept connections within {START_TIMEOUT_S:g}s"
-                )
-            time.sleep(0.2)
+        wait_for(self._up, START_TIMEOUT_S, 0.2, message="postgres accepts connections")
+
+    def _up(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"postgres exited with {self.process.returncode}:\n{self.log_tail()}"
+            )
+        return self._accepts()
 
     def log_tail(self, lines: int = 30) -> str:
         if not self.log.exists():

@@ -34,28 +34,16 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.net import free_port
 
-T = TypeVar("T")
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-
-
-def wait_until(what: str, predicate: Callable[[], T], timeout: float, interval: float = 0.5) -> T:
-    """``predicate()``'s first truthy value, or AssertionError naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
-        time.sleep(interval)
 
 
 def _descendants(pid: int) -> list[Any]:
@@ -280,7 +268,7 @@ class RealAirflow:
     def wait_for_api(self) -> None:
         """Wait until the API server answers; skips the test when it does not."""
         try:
-            wait_until("the API server answers", self.api_healthy, 180, interval=1)
+            wait_for(self.api_healthy, 180, 1, message="the API server answers")
         except AssertionError as exc:
             pytest.skip(f"Airflow cannot start here: {exc}:\n{self.log_tail('api-server')}")
 

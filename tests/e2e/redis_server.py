@@ -20,8 +20,9 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
+
+from airflow_provider_nsq.testing.polling import wait_for
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -97,15 +98,14 @@ class RedisServer:
             cwd=self.root,
             start_new_session=True,  # a Ctrl-C reaches pytest, which stops it after Airflow
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.answers():
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"redis-server exited with {self.process.returncode}:\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not answer within {START_TIMEOUT_S:g}s")
-            time.sleep(0.1)
+        wait_for(self._up, START_TIMEOUT_S, 0.1, message="redis-server answers PING")
+
+    def _up(self) -> bool:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"redis-server exited with {self.process.returncode}:\n{self.log_tail()}"
+            )
+        return self.answers()
 
     def answers(self) -> bool:
         """The server answers PING (RESP, over a plain socket)."""

@@ -46,8 +46,9 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.hooks.base import HELD_MSG_TIMEOUT_MS
+from airflow_provider_nsq.testing.polling import wait_for
 
-from .real_airflow import RealAirflow, gone, utc_timestamp, wait_until
+from .real_airflow import RealAirflow, gone, utc_timestamp
 
 pytestmark = [
     pytest.mark.slow,
@@ -156,7 +157,7 @@ class Deployment:
         return name
 
     def wait_ready(self, name: str) -> None:
-        wait_until(f"{name} is ready", lambda: self.ready(name), 120, interval=0.5)
+        wait_for(lambda: self.ready(name), 120, 0.5, message=f"{name} is ready")
 
     def drain(self, name: str) -> None:
         """Stop a worker as a node drain does: SIGTERM, Celery's warm shutdown (what
@@ -204,7 +205,7 @@ class Deployment:
             state = self.run_state(dag_id)
             return state if state in ("success", "failed") else None
 
-        return wait_until(f"the {dag_id} run finished", finished, timeout, interval=0.5)
+        return wait_for(finished, timeout, 0.5, message=f"the {dag_id} run finished")
 
     def task(self, dag_id: str, task_id: str) -> dict[str, Any]:
         """The task instance's state, worker (hostname), try number, start and end."""
@@ -324,7 +325,7 @@ def celery(nsqd, postgres, redis, tmp_path_factory) -> Iterator[Deployment]:
             assert not errors, f"the DAG file does not import: {errors[0]}"
             return set(DAG_IDS) <= {r[0] for r in airflow.query("SELECT dag_id FROM dag")}
 
-        wait_until("the DAG processor parsed the DAGs", parsed, 240, interval=0.5)
+        wait_for(parsed, 240, 0.5, message="the DAG processor parsed the DAGs")
         # The scenarios of (a) run at once, as soon as the workers take them; each test
         # waits for the runs it reads.
         for dag_id in ("nsq_celery_flow", "nsq_celery_sensor", "nsq_celery_unreachable"):
@@ -400,11 +401,11 @@ def test_a_sensor_in_reschedule_mode_moves_between_workers(celery):
         )
         return celery.executions(dag_id, "wait") if rows and rows[0][0] else []
 
-    wait_until("the sensor's first poke", lambda: celery.executions(dag_id, "wait"), 180)
+    wait_for(lambda: celery.executions(dag_id, "wait"), 180, 0.5, message="the sensor's first poke")
     # A third worker, so that two remain (for what follows): the next poke runs on
     # either, not on the first one's.
     celery.start_worker(wait=False)
-    first = wait_until("the sensor's first poke rescheduled", rescheduled, 180, interval=0.5)[0]
+    first = wait_for(rescheduled, 180, 0.5, message="the sensor's first poke rescheduled")[0]
     drained = next(n for n in celery.workers() if celery.airflow.hostname(n) == first)
     draining = time.monotonic()
     celery.drain(drained)
@@ -465,7 +466,7 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_the_retry_applies_the_batch
 
     # The task has started (and heartbeat): apache/airflow#66773 leaves a task killed
     # before its first heartbeat RUNNING for ever.
-    task = wait_until("the consume task applying", mid_batch, 180, interval=0.05)
+    task = wait_for(mid_batch, 180, 0.05, message="the consume task applying")
     victim = next(n for n in celery.workers() if airflow.hostname(n) == task["worker"])
     timeouts_before = celery.channel(topic, "apply").get("timeout_count", 0)
     killed_at, killed_wall = time.monotonic(), time.time()
@@ -474,12 +475,14 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_the_retry_applies_the_batch
     held = celery.channel(topic, "apply").get("in_flight_count", 0)
     applied_at_kill = len(celery.applied(topic))
     assert held > 0, "the task held nothing when its worker was killed"
-    wait_until(f"every process of {victim} gone", lambda: gone(processes), 10, interval=0.1)
+    wait_for(lambda: gone(processes), 10, 0.1, message=f"every process of {victim} gone")
 
     def redelivered() -> bool:
         return celery.channel(topic, "apply").get("timeout_count", 0) - timeouts_before >= held
 
-    wait_until("the held messages back on the channel", redelivered, REDELIVERY_BOUND_S + 30, 0.1)
+    wait_for(
+        redelivered, REDELIVERY_BOUND_S + 30, 0.1, message="the held messages back on the channel"
+    )
     redelivered_s = time.monotonic() - killed_at
     assert celery.wait_finished(dag_id, timeout=RETRY_BOUND_S + 60) == "success"
     retry = celery.task(dag_id, "apply")

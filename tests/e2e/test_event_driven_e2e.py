@@ -31,10 +31,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
+from airflow_provider_nsq.testing.polling import wait_for
 from airflow_provider_nsq.triggers.nsq_event import ACK_MODE
 from tests.support.airflow_runs import EXAMPLE_DAGS
 
-from .real_airflow import RealAirflow, wait_until
+from .real_airflow import RealAirflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -95,30 +96,35 @@ class Scenario:
         Nothing else is published meanwhile: a message whose event the scheduler left
         to a later run (Airflow 3.3, docs/event-driven.md) would fail this."""
         airflow = self.airflow
-        deadline = time.monotonic() + timeout
-        while True:
+        left: dict[str, Any] = {}
+
+        def everything_ran() -> bool:
             airflow.check_alive()
             runs = airflow.dag_runs(DAG_ID)
             consumed = airflow.runs_of_events()
             found = self.events_by_number()
-            missing = numbers - set(found)
-            waiting = {
+            left["missing"] = missing = numbers - set(found)
+            left["waiting"] = waiting = {
                 n for n in numbers & set(found) if not any(consumed.get(e) for e in found[n])
             }
-            unfinished = {r for r, run in runs.items() if run["state"] not in ("success", "failed")}
-            if not missing and not waiting and not unfinished and self.drained():
-                failed = {r for r, run in runs.items() if run["state"] != "success"}
-                assert not failed, f"DAG runs {sorted(failed)} failed"
-                return
-            if time.monotonic() > deadline:
-                queued = airflow.query("SELECT COUNT(*) FROM asset_dag_run_queue")
-                raise AssertionError(
-                    f"{len(missing)} message(s) have no asset event ({sorted(missing)[:10]}), "
-                    f"{len(waiting)} reached no DAG run ({sorted(waiting)[:10]}); "
-                    f"runs not finished: {sorted(unfinished)}; queued run entries: {queued}; "
-                    f"channel: {self.nsqd.channel_stats(self.topic, CHANNEL)}"
-                )
-            time.sleep(1)
+            left["unfinished"] = unfinished = {
+                r for r, run in runs.items() if run["state"] not in ("success", "failed")
+            }
+            left["failed"] = {r for r, run in runs.items() if run["state"] != "success"}
+            return not missing and not waiting and not unfinished and self.drained()
+
+        def what_is_left() -> str:
+            missing, waiting = sorted(left["missing"]), sorted(left["waiting"])
+            queued = airflow.query("SELECT COUNT(*) FROM asset_dag_run_queue")
+            return (
+                f"{len(missing)} message(s) have no asset event ({missing[:10]}), "
+                f"{len(waiting)} reached no DAG run ({waiting[:10]}); "
+                f"runs not finished: {sorted(left['unfinished'])}; queued run entries: "
+                f"{queued}; channel: {self.nsqd.channel_stats(self.topic, CHANNEL)}"
+            )
+
+        wait_for(everything_ran, timeout, 1, message=what_is_left)
+        assert not left["failed"], f"DAG runs {sorted(left['failed'])} failed"
 
 
 #: The metadata DBs to run on: both in the main suite; the version matrix (noxfile.py)
@@ -148,7 +154,7 @@ def scenario(request, nsqd, tmp_path_factory) -> Iterator[Scenario]:
             assert not errors, f"the example DAG does not import: {errors[0][0]}"
             return bool((nsqd.channel_stats(topic, CHANNEL) or {}).get("clients"))
 
-        wait_until("the triggerer subscribes to the asset's channel", subscribed, 240, interval=1)
+        wait_for(subscribed, 240, 1, message="the triggerer subscribes to the asset's channel")
         instance = Scenario(nsqd, airflow, topic, topics["NSQ_RESULTS_TOPIC"])
         yield instance
         print(f"\nNSQ event-driven e2e ({request.param}): " + " ".join(instance.figures))
@@ -223,7 +229,7 @@ def test_single_messages_each_start_a_dag_run(scenario):
             ]
             return (stored, min(begun)) if begun else None
 
-        stored, begun = wait_until(f"message {n} starts a DAG run", probe_ran, 120, interval=0.1)
+        stored, begun = wait_for(probe_ran, 120, 0.1, message=f"message {n} starts a DAG run")
         to_event.append(stored - sent)
         to_run.append(begun - sent)
     scenario.run_everything({900, 901, 902}, 240)
@@ -274,7 +280,7 @@ def test_a_killed_triggerer_loses_no_message(nsqd, scenario):
         in_flight = (nsqd.channel_stats(scenario.topic, CHANNEL) or {}).get("in_flight_count", 0)
         return bool(stored and in_flight) or (len(stored) == 50 and scenario.drained())
 
-    wait_until("the batch stored, its FIN not sent", mid_batch, 60, interval=0.02)
+    wait_for(mid_batch, 60, 0.02, message="the batch stored, its FIN not sent")
     airflow.kill("triggerer")
     at_kill = nsqd.channel_stats(scenario.topic, CHANNEL) or {}
     stored_at_kill = stored_numbers()

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConsumer
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.airflow_runs import TEST_DAGS
 
-from .real_airflow import RealAirflow, wait_until
+from .real_airflow import RealAirflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -74,13 +75,13 @@ def test_every_state_change_of_a_run_is_on_the_topic_in_order(nsqd, tmp_path, mo
     airflow.migrate()
     try:
         airflow.start_all(("api-server", "scheduler", "dag-processor"))
-        wait_until(
-            "the DAG is parsed",
+        wait_for(
             lambda: (
                 airflow.check_alive() or airflow.query("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID)
             ),
             180,
-            interval=1,
+            1,
+            message="the DAG is parsed",
         )
         run = airflow.api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None})
         run_id = run["dag_run_id"]
@@ -92,7 +93,7 @@ def test_every_state_change_of_a_run_is_on_the_topic_in_order(nsqd, tmp_path, mo
             )
             return rows[0][0] if rows and rows[0][0] in ("success", "failed") else None
 
-        assert wait_until("the run finishes", finished, 240, interval=1) == "success"
+        assert wait_for(finished, 240, 1, message="the run finishes") == "success"
         config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
         with NSQConsumer(TOPIC, channel, config=config) as consumer:
             bodies = [m.body for m in consumer.consume(max_messages=20, timeout=10)]

@@ -41,9 +41,10 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.marks import needs_airflow
 
-from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .real_airflow import RealAirflow, utc_timestamp
 from .statsd_listener import StatsDListener
 
 pytestmark = [
@@ -216,7 +217,7 @@ class HA:
                         reached.setdefault(n, now)
             return set(reached) == numbers
 
-        wait_until("every message in a DAG run", all_reached, 240, 0.5)
+        wait_for(all_reached, 240, 0.5, message="every message in a DAG run")
         redelivered = {
             n
             for _, payload, _ in self.airflow.asset_events(ASSET)
@@ -304,7 +305,7 @@ class HA:
             ]
             return bool(beats) and min(beats) > after
 
-        wait_until("the schedulers saw the deferrals", seen, 60, interval=0.5)
+        wait_for(seen, 60, 0.5, message="the schedulers saw the deferrals")
 
     def sensor_state(self, dag_id: str, run_id: str) -> tuple[str | None, float | None]:
         """The sensor task's state, and seconds from its run's start to its end."""
@@ -340,7 +341,7 @@ class HA:
             states = [self.sensor_state(d, r)[0] for d, r in runs.items()]
             return all(s in ("success", "failed", "skipped") for s in states)
 
-        wait_until("the sensors ended", ended, SENSOR_TIMEOUT_S)
+        wait_for(ended, SENSOR_TIMEOUT_S, 0.5, message="the sensors ended")
         notes = []
         for dag_id in ("nsq_ha_sensor", "nsq_ha_peek"):
             state, took = self.sensor_state(dag_id, runs[dag_id])
@@ -417,9 +418,9 @@ def ha(nsqd, postgres, tmp_path_factory) -> Iterator[HA]:
             assert not errors, f"the DAG file does not import: {errors[0]}"
             return bool(instance.channel(topics["events"], "airflow").get("clients"))
 
-        wait_until("the watcher subscribes", subscribed, 240, interval=1)
+        wait_for(subscribed, 240, 1, message="the watcher subscribes")
         airflow.start("triggerer#2")
-        wait_until("triggerer#2 heartbeats", lambda: instance.healthy("triggerer#2"), 120, 1)
+        wait_for(lambda: instance.healthy("triggerer#2"), 120, 1, message="triggerer#2 heartbeats")
         print(f"\nHA Airflow up in {time.monotonic() - started:.0f}s")
         yield instance
         print(
@@ -448,7 +449,7 @@ def test_a_each_asset_event_triggers_exactly_one_dag_run(ha):
         numbers = set(range(burst * 1000, burst * 1000 + 200))
         started = time.monotonic()
         ha.publish_events(range(min(numbers), max(numbers) + 1))
-        wait_until("the burst processed", lambda n=numbers: ha.processed(n), 240, interval=1)
+        wait_for(lambda n=numbers: ha.processed(n), 240, 1, message="the burst processed")
         figures = ha.outcome(f"(a) burst {burst + 1}", numbers)
         assert figures.lost == 0 and figures.duplicates == 0, figures
         assert figures.events >= 200 // BATCH_SIZE and figures.runs <= figures.events, figures
@@ -460,7 +461,7 @@ def _kill_mid_batch(ha: HA, numbers: range, kill: Any, until: Any) -> tuple[floa
     """Publish a burst, wait until ``until()`` says the moment has come, ``kill()``;
     the kill's time and how many watcher messages were in flight then."""
     ha.publish_events(numbers)
-    wait_until("mid-batch", until, 60, interval=0.05)
+    wait_for(until, 60, 0.05, message="mid-batch")
     killed_at = time.monotonic()
     at_kill = ha.channel(ha.topics["events"], "airflow").get("in_flight_count", 0)
     kill()
@@ -469,28 +470,28 @@ def _kill_mid_batch(ha: HA, numbers: range, kill: Any, until: Any) -> tuple[floa
 
 def test_b_a_killed_triggerer_moves_its_triggers_and_loses_nothing(ha):
     airflow = ha.airflow
-    holder = wait_until("the watcher is assigned", ha.watcher_host, 60)
+    holder = wait_for(ha.watcher_host, 60, 0.5, message="the watcher is assigned")
     # The holder alone while the sensors defer, so that it takes them too.
     for name in ha.running("triggerer"):
         if name != holder:
             airflow.stop(name)
     runs = ha.start_sensors()
-    wait_until(
-        f"the sensors deferred on {holder}",
+    wait_for(
         lambda: set(ha.deferred_on(runs).values()) == {holder},
         180,
-        interval=1,
+        1,
+        message=f"the sensors deferred on {holder}",
     )
     ha.wait_deferrals_seen(runs)
     other = ha.start_new("triggerer")
-    wait_until(f"{other} heartbeats", lambda: ha.healthy(other), 120, interval=1)
+    wait_for(lambda: ha.healthy(other), 120, 1, message=f"{other} heartbeats")
     # A peek holds part of what its sensor waits for when the triggerer dies.
     _publish(ha.nsqd, ha.topics["peek"], range(100, 102))
-    wait_until(
-        "the peek holds 2 messages",
+    wait_for(
         lambda: ha.channel(ha.topics["peek"], "etl").get("in_flight_count") == 2,
         120,
-        interval=0.2,
+        0.2,
+        message="the peek holds 2 messages",
     )
     numbers = range(2000, 2150)
     events_before = len(airflow.asset_events(ASSET))
@@ -506,8 +507,8 @@ def test_b_a_killed_triggerer_moves_its_triggers_and_loses_nothing(ha):
     ha.publish_for_sensors(peek_messages=SENSOR_MESSAGES - 2)
     burst = set(numbers)
     recover_s, all_in_runs_s = ha.time_to_runs(killed_at, burst)
-    wait_until(f"the watcher moved to {other}", lambda: ha.watcher_host() == other, 60)
-    wait_until("the burst processed", lambda: ha.processed(burst), 240, interval=1)
+    wait_for(lambda: ha.watcher_host() == other, 60, 0.5, message=f"the watcher moved to {other}")
+    wait_for(lambda: ha.processed(burst), 240, 1, message="the burst processed")
     notes = ha.check_sensors(runs)
     figures = ha.outcome("(b) triggerer killed", burst)
     figures.recover_s, figures.all_in_runs_s = recover_s, all_in_runs_s
@@ -525,11 +526,11 @@ def test_b_a_killed_triggerer_moves_its_triggers_and_loses_nothing(ha):
 def test_c_a_killed_scheduler_loses_nothing(ha):
     airflow = ha.airflow
     runs = ha.start_sensors()
-    wait_until(
-        "the sensors deferred",
+    wait_for(
         lambda: all(ha.deferred_on(runs).values()),
         180,
-        interval=1,
+        1,
+        message="the sensors deferred",
     )
     ha.wait_deferrals_seen(runs)
     victim = ha.running("scheduler")[0]
@@ -545,7 +546,7 @@ def test_c_a_killed_scheduler_loses_nothing(ha):
     ha.publish_for_sensors()
     burst = set(numbers)
     recover_s, all_in_runs_s = ha.time_to_runs(killed_at, burst)
-    wait_until("the burst processed", lambda: ha.processed(burst), 300, interval=1)
+    wait_for(lambda: ha.processed(burst), 300, 1, message="the burst processed")
     notes = ha.check_sensors(runs)
     figures = ha.outcome("(c) scheduler killed", burst)
     figures.recover_s, figures.all_in_runs_s = recover_s, all_in_runs_s

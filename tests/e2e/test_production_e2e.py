@@ -40,8 +40,9 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
 from airflow_provider_nsq.sensors.nsq import tcp_pause
+from airflow_provider_nsq.testing.polling import wait_for
 
-from .real_airflow import RealAirflow, utc_timestamp, wait_until
+from .real_airflow import RealAirflow, utc_timestamp
 from .statsd_listener import StatsDListener
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -131,16 +132,17 @@ class Production:
                     return False
             return True
 
-        wait_until(f"the runs of {', '.join(dag_ids)} finished", finished, 300, interval=1)
+        wait_for(finished, 300, 1, message=f"the runs of {', '.join(dag_ids)} finished")
 
     def wait_event_fins(self) -> None:
         """The triggerer FINs a batch once Airflow confirms its event stored (3.3), a
         moment after the run it started may already have finished."""
         self.wait_finished("nsq_prod_events")
-        wait_until(
-            "the event trigger reports its FINs",
+        wait_for(
             lambda: self.statsd.total("airflow.nsq.event.finished") >= EVENT_MESSAGES,
             60,
+            0.5,
+            message="the event trigger reports its FINs",
         )
 
     def links(self, dag_id: str, run_id: str, task_id: str) -> dict[str, str | None]:
@@ -209,7 +211,7 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
             found = {r[0] for r in airflow.query("SELECT dag_id FROM dag")}
             return set(DAG_IDS) <= found
 
-        wait_until("the DAG processor parsed the DAGs", parsed, 240, interval=1)
+        wait_for(parsed, 240, 1, message="the DAG processor parsed the DAGs")
         for dag_id in (
             "nsq_prod_publish",
             "nsq_prod_publish_error",
@@ -227,7 +229,7 @@ def production(nsqd, postgres, tmp_path_factory) -> Iterator[Production]:
             airflow.check_alive()
             return bool((nsqd.channel_stats(topics["events"], "airflow") or {}).get("clients"))
 
-        wait_until("the triggerer subscribes to the watched channel", subscribed, 240, interval=1)
+        wait_for(subscribed, 240, 1, message="the triggerer subscribes to the watched channel")
         _publish(nsqd, topics["events"], EVENT_MESSAGES)
         # Each test waits for the runs it reads (Production.wait_finished): the
         # reschedule run alone takes RESCHEDULE_TIMEOUT_S, the others overlap with it.

@@ -20,6 +20,7 @@ from airflow_provider_nsq.client import NSQConnection
 from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.operators.nsq_consume import NSQConsumeOperator
 from airflow_provider_nsq.protocol.errors import NSQPoisonMessageError, NSQValueError
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.airflow_runs import EXAMPLE_DAGS, TEST_DAGS, load_dag, run_dag
 from tests.support.dags import nsq_consume_dags
 from tests.support.nsqd_contents import channel_is_empty, client_config, read
@@ -430,18 +431,24 @@ def test_the_idle_timeout_counts_from_the_last_message(nsqd, nsq_default, nsq_to
     bodies = [f"t{i}".encode() for i in range(4)]
 
     def trickle() -> None:
-        for body in bodies:
+        for n, body in enumerate(bodies):
             nsqd.http_publish(nsq_topic, body)
+            # The next one a third of the idle_timeout after this one was applied: the
+            # wait is on the apply, the pause only spaces them.
+            wait_for(lambda n=n: len(calls.records) > n, 10)
             time.sleep(0.5)
 
     publisher = threading.Thread(target=trickle, daemon=True)
     calls = Calls()
     publisher.start()
     summary = _op(topic=nsq_topic, apply_function=calls, idle_timeout=1.5).execute({})
+    ended = time.monotonic()
     publisher.join(5)
 
     assert [body for body, _ in calls.seen()] == ["t0", "t1", "t2", "t3"]
     assert summary["ended"] == "idle_timeout"
+    # Counted from the last message: the run outlived an idle_timeout from the first one.
+    assert ended - calls.times[-1] >= 1.5 and calls.times[-1] - calls.times[0] >= 1.5
     nsqd.wait_for(lambda: channel_is_empty(nsqd, nsq_topic, "apply"))
 
 

@@ -1,24 +1,16 @@
-"""Helpers for the lookupd tests: daemons as subprocesses, bounded waits."""
+"""The embedded daemons as subprocesses (``python -m``, as a test setup runs nsqd and
+nsqlookupd), and a lookup over nsqlookupd's HTTP API."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from airflow_provider_nsq.client.transport.http_request import http_request
 from tests.support.listening import listening_ports
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, "condition not met within the bound"
-        time.sleep(0.01)
-    return result
 
 
 def lookup(http_port: int, topic: str) -> tuple[int, Any]:

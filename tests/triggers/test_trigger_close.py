@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq import metrics
+from airflow_provider_nsq.testing.polling import async_wait_for
 from airflow_provider_nsq.triggers import health
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from airflow_provider_nsq.triggers.nsq_event import NSQEventTrigger
@@ -69,13 +70,6 @@ def reports(mocker, monkeypatch) -> Any:
     )
 
 
-async def _until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not within the bound"
-        await asyncio.sleep(0.02)
-
-
 # -- the deferred sensor's trigger ---------------------------------------------------------
 
 
@@ -94,7 +88,7 @@ def _message_trigger(deadline_in: float) -> NSQMessageTrigger:
 def test_a_message_trigger_cancelled_mid_wait(unreachable, reports, caplog):
     async def scenario() -> None:
         waiting = asyncio.ensure_future(anext(_message_trigger(60).run()))
-        await _until(lambda: reports() >= 2)  # it runs, and waits between checks
+        await async_wait_for(lambda: reports() >= 2, 10)  # it runs, and waits between checks
         waiting.cancel()  # as the triggerer cancels a trigger's task
         await asyncio.gather(waiting, return_exceptions=True)
         stopped_at = reports()

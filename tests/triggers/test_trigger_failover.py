@@ -23,6 +23,7 @@ import pytest
 from airflow_provider_nsq import metrics
 from airflow_provider_nsq.hooks import base as hook_base
 from airflow_provider_nsq.hooks.base import HELD_MSG_TIMEOUT_MS
+from airflow_provider_nsq.testing.polling import async_wait_for
 from airflow_provider_nsq.triggers import health
 from airflow_provider_nsq.triggers.nsq import NSQMessageTrigger
 from airflow_provider_nsq.triggers.nsq_event import NSQEventStreamProducer
@@ -148,10 +149,10 @@ def test_the_event_trigger_reports_its_health(nsqd_factory, monkeypatch, mocker,
             assert contact >= 45.0
 
             await asyncio.to_thread(server.broker.stop)  # nsqd goes away
-            deadline = time.monotonic() + 10
-            while producer.consumer.connections:
-                assert time.monotonic() < deadline, "the connection did not drop"
-                await asyncio.sleep(0.05)
+            consumer = producer.consumer
+            await async_wait_for(
+                lambda: not consumer.connections, 10, 0.05, message="the connection dropped"
+            )
             await asyncio.sleep(1.0)
             stats.reset_mock()
             producer.health.report(producer.consumer)
@@ -181,10 +182,9 @@ def test_the_event_trigger_reports_as_it_runs(nsqd, nsq_default, mocker, monkeyp
         stream = producer.open_stream()
         try:
             await _first_batch(stream)
-            deadline = time.monotonic() + 10
-            while reports() < 3:
-                assert time.monotonic() < deadline, f"{reports()} report(s) in 10 s"
-                await asyncio.sleep(0.05)
+            await async_wait_for(
+                lambda: reports() >= 3, 10, 0.05, message=lambda: f"{reports()} report(s) of 3"
+            )
         finally:
             await stream.aclose()
             await producer.aclose()

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from airflow_provider_nsq.protocol.errors import (
     NSQTLSError,
     NSQValueError,
 )
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.net import TCPProxy, closed_port, silent_server
 from tests.support.scripted_nsqd import Peer, ScriptedNSQD
 
@@ -375,10 +377,29 @@ def test_back_to_back_full_windows_read_on_the_same_subscriptions(
 
 
 def read_until(consumer: Any, count: int, timeout: float = 10.0) -> list:
+    """At least ``count`` messages, read in reads of 0.2 s."""
     got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += consumer.read(0.2)
+
+    def enough() -> bool:
+        got.extend(consumer.read(0.2))
+        return len(got) >= count
+
+    wait_for(enough, timeout, 0, message=lambda: f"{len(got)} of {count} messages read")
+    return got
+
+
+def read_while(consumer: Any, until: Callable[[], bool], timeout: float = 10.0) -> list:
+    """Read (and FIN) what comes until ``until()``: reading drives the consumer, which
+    opens and drops connections as it goes."""
+    got: list = []
+
+    def step() -> bool:
+        batch = consumer.read(0.1)
+        consumer.finish(*batch)
+        got.extend(batch)
+        return until()
+
+    wait_for(step, timeout, 0)
     return got
 
 
@@ -475,19 +496,11 @@ def test_extra_connections_close_once_the_budget_no_longer_needs_them(
         assert len(consumer.connections) == 3
         consumer.finish(*held)
         done = len(held)
-        deadline = time.monotonic() + 10
-        while len(consumer.connections) > 1 and time.monotonic() < deadline:
-            batch = consumer.read(0.1)
-            consumer.finish(*batch)
-            done += len(batch)
+        done += len(read_while(consumer, lambda: len(consumer.connections) <= 1))
         assert list(consumer.connections) == [server.tcp_address]
         server.wait_for(lambda: clients_of(server, nsq_topic) == 1, timeout=10)
         consumer.set_max_in_flight(20)  # and they come back when it grows again
-        deadline = time.monotonic() + 10
-        while len(consumer.connections) < 2 and time.monotonic() < deadline:
-            batch = consumer.read(0.1)
-            consumer.finish(*batch)
-            done += len(batch)
+        done += len(read_while(consumer, lambda: len(consumer.connections) >= 2))
         assert len(consumer.connections) == 2
     finally:
         consumer.close()  # REQs whatever it still held
@@ -501,12 +514,15 @@ def test_a_budget_smaller_than_the_nsqds_gives_each_its_turn(mode, nsq_topology,
     seen: set[str] = set()
     try:
         consumer.start(1)
-        deadline = time.monotonic() + 15
-        while len(seen) < 3 and time.monotonic() < deadline:
+
+        def every_nsqd_seen() -> bool:
             batch = consumer.read(0.2)
             assert len(batch) <= 1
             consumer.finish(*batch)
-            seen |= {m.nsqd for m in batch}
+            seen.update(m.nsqd for m in batch)
+            return len(seen) == 3
+
+        wait_for(every_nsqd_seen, 15, 0, message=lambda: f"messages from {sorted(seen)} only")
     finally:
         consumer.close()
     assert seen == set(topology.nsqd_tcp_addresses)
@@ -593,9 +609,7 @@ def test_a_long_lived_consumer_follows_lookupd(mode, nsq_topology, nsq_topic) ->
         # Tombstoned: gone from /lookup, so the consumer stops reading from it.
         first = topology.nsqds[0]
         topology.lookupd.tombstone(nsq_topic, first.http_address)
-        deadline = time.monotonic() + 10
-        while first.tcp_address in consumer.connections and time.monotonic() < deadline:
-            consumer.read(0.1)
+        read_while(consumer, lambda: first.tcp_address not in consumer.connections)
         assert list(consumer.connections) == [topology.nsqd_tcp_addresses[1]]
     finally:
         consumer.close()
@@ -609,9 +623,7 @@ def test_a_stream_survives_an_nsqd_going_away(mode, nsq_topology, nsq_topic) -> 
         consumer.start(10)
         consumer.finish(*read_until(consumer, 2))
         topology.stop_nsqd(0)
-        deadline = time.monotonic() + 10
-        while len(consumer.connections) > 1 and time.monotonic() < deadline:
-            consumer.read(0.1)
+        read_while(consumer, lambda: len(consumer.connections) <= 1)
         topology.nsqds[1].http_publish(nsq_topic, b"after")
         assert [m.body for m in read_until(consumer, 1)] == [b"after"]
     finally:
@@ -631,11 +643,14 @@ def test_fifty_nsqds_on_a_smaller_budget_deliver_everything_once_and_none_starve
     try:
         consumer.start(20)
         assert len(consumer.connections) == 50
-        deadline = time.monotonic() + 60
-        while len(got) < len(bodies) and time.monotonic() < deadline:
+
+        def everything_read() -> bool:
             batch = consumer.read(0.2)
             consumer.finish(*batch)
-            got += batch
+            got.extend(batch)
+            return len(got) >= len(bodies)
+
+        wait_for(everything_read, 60, 0, message=lambda: f"{len(got)} of {len(bodies)} read")
         assert consumer.read(0.5) == []  # nothing more: no message twice
     finally:
         consumer.close()

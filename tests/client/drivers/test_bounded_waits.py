@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 
 import pytest
@@ -72,13 +73,12 @@ def test_nsqd_refusing_a_body_it_has_not_read_ends_the_publish_with_its_error(
 
 
 def test_a_server_that_stops_reading_ends_the_publish_in_a_timeout(kind, caplog) -> None:
-    stop = []
+    stop = threading.Event()
 
     def stall(peer: Peer) -> None:
         peer.handshake()
         peer.read_head()
-        while not stop:  # keeps the socket open, reads nothing more
-            time.sleep(0.05)
+        stop.wait(60)  # keeps the socket open, reads nothing more, until the test ends
 
     caplog.set_level(logging.DEBUG, logger="asyncio")
     read_timeout = 1.0
@@ -92,20 +92,19 @@ def test_a_server_that_stops_reading_ends_the_publish_in_a_timeout(kind, caplog)
                 conn.publish("t", b"x" * BIG)
             waited = time.monotonic() - started
         finally:
-            stop.append(True)
+            stop.set()
             conn.close()
     assert waited < read_timeout * 3  # one read_timeout without progress, plus slack
     _no_unretrieved_exceptions(caplog)
 
 
 def test_a_server_that_reads_the_request_and_never_answers_times_out(kind) -> None:
-    stop = []
+    stop = threading.Event()
 
     def silent(peer: Peer) -> None:
         peer.handshake()
         peer.read_command()
-        while not stop:
-            time.sleep(0.05)
+        stop.wait(60)  # silent until the test ends
 
     with ScriptedNSQD(silent) as server:
         cfg = ClientConfig(host="127.0.0.1", port=server.port, read_timeout=0.5)
@@ -115,7 +114,7 @@ def test_a_server_that_reads_the_request_and_never_answers_times_out(kind) -> No
             with pytest.raises(NSQTimeoutError, match="did not answer"):
                 conn.publish("t", b"x")
         finally:
-            stop.append(True)
+            stop.set()
             conn.close()
 
 
@@ -142,15 +141,14 @@ def test_a_server_that_freezes_between_two_publishes_times_out_within_read_timeo
     # The asyncio driver bounds every reply wait with one timer per connection, armed at
     # the first publish: the second one's wait must still last read_timeout from its own
     # start, not from the timer's.
-    stop = []
+    stop = threading.Event()
 
     def freeze_after_one(peer: Peer) -> None:
         peer.handshake()
         peer.read_command()
         peer.send_response(b"OK")
         peer.read_command()
-        while not stop:
-            time.sleep(0.05)
+        stop.wait(60)  # silent until the test ends
 
     read_timeout = 2.0
     with ScriptedNSQD(freeze_after_one) as server:
@@ -165,6 +163,6 @@ def test_a_server_that_freezes_between_two_publishes_times_out_within_read_timeo
                 conn.publish("t", b"two")
             waited = time.monotonic() - started
         finally:
-            stop.append(True)
+            stop.set()
             conn.close()
     assert read_timeout * 0.9 <= waited < read_timeout * 1.3, waited

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.drivers import DRIVERS, make_driver
 
 
@@ -25,9 +26,12 @@ def test_in_flight_counts_what_is_delivered_and_not_answered(kind, nsqd, nsq_top
         conn.subscribe(nsq_topic, "c")
         conn.ready(3)
         got: list = []
-        deadline = time.monotonic() + 10
-        while len(got) < 3 and time.monotonic() < deadline:
-            got += conn.read_messages(0.5)
+
+        def three_read() -> bool:
+            got.extend(conn.read_messages(0.5))
+            return len(got) >= 3
+
+        wait_for(three_read, 10, 0)
         assert len(got) == 3 and woken  # the owner was woken when they arrived
         assert (conn.in_flight, conn.messages_waiting, conn.take_messages()) == (3, 0, [])
         assert all(m.connection is not None and not m.responded for m in got)

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.protocol import NSQServerError, NSQTLSError
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.support.drivers import DRIVERS, consume_window, make_driver
 
 pytestmark = pytest.mark.parametrize("kind", DRIVERS)
@@ -198,13 +199,8 @@ def test_tls_required_server_and_plaintext_client(kind, nsqd_factory, tls_files,
 
 
 def _read_one(conn, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = conn.read_messages(min(1.0, deadline - time.monotonic()))
-        if got:
-            assert len(got) == 1
-            return got[0]
-    raise AssertionError("no message within the timeout")
+    (message,) = wait_for(lambda: conn.read_messages(0.5), timeout, 0, message="a message")
+    return message
 
 
 def test_auth_with_a_secret_publishes_and_a_bad_secret_fails_without_leaking(

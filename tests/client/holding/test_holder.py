@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -25,6 +24,7 @@ from airflow_provider_nsq.client.holding.function_thread import FunctionThread
 from airflow_provider_nsq.client.holding.holder import AsyncMessageHolder, MessageHolder
 from airflow_provider_nsq.client.message import decode_record_body
 from airflow_provider_nsq.protocol.errors import NSQStateError
+from airflow_provider_nsq.testing.polling import async_wait_for, wait_for
 
 CHANNEL = "holder"
 #: The shortest msg_timeout nsqd accepts in IDENTIFY: held messages would come back
@@ -45,10 +45,14 @@ def publish(nsqd: Any, topic: str, bodies: list[bytes]) -> None:
 def read_all(nsqd: Any, topic: str, channel: str, expected: int, timeout: float = 10.0) -> list:
     """What ``channel`` holds now (FIN'd): ``expected`` messages, then a short look for more."""
     got: list = []
-    deadline = time.monotonic() + timeout
     with NSQConsumer(topic, channel, config=config_of(nsqd)) as consumer:
-        while len(got) < expected and time.monotonic() < deadline:
-            got += consumer.consume(max_messages=expected - len(got), timeout=1.0)
+
+        def enough() -> bool:
+            if len(got) < expected:
+                got.extend(consumer.consume(max_messages=expected - len(got), timeout=1.0))
+            return len(got) >= expected
+
+        wait_for(enough, timeout, 0, message=lambda: f"{len(got)} of {expected} on {channel}")
     with NSQConsumer(topic, channel, config=config_of(nsqd)) as consumer:
         got += consumer.consume(max_messages=10, timeout=0.5)
     return got
@@ -56,9 +60,12 @@ def read_all(nsqd: Any, topic: str, channel: str, expected: int, timeout: float 
 
 def take(holder: MessageHolder, count: int, timeout: float = 10.0) -> list:
     got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += holder.read(0.5)
+
+    def enough() -> bool:
+        got.extend(holder.read(0.5))
+        return len(got) >= count
+
+    wait_for(enough, timeout, 0, message=lambda: f"{len(got)} of {count} held")
     assert len(got) == count
     return got
 
@@ -137,7 +144,8 @@ def test_an_asyncio_holder_lets_one_task_read_at_a_time(nsqd, nsq_topic) -> None
         await holder.start(10)
         try:
             reading = asyncio.create_task(holder.read(2.0), name="first-reader")
-            await asyncio.sleep(0.2)  # the first reader waits for deliveries
+            # The first reader waits for deliveries.
+            await async_wait_for(lambda: holder._reading is not None, 5)
             with pytest.raises(NSQStateError) as second:
                 await holder.read(0.1)
             with pytest.raises(NSQStateError) as direct:

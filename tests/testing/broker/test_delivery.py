@@ -4,12 +4,14 @@ and nothing lost with many concurrent clients."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 import threading
 import time
 from collections import Counter
 
+from airflow_provider_nsq.testing.polling import async_wait_for
 from tests.support.nsqd_wire import cmd, mpub_body
 
 
@@ -177,7 +179,12 @@ def test_ephemeral_channel_and_topic_go_with_their_last_client(broker, open_peer
     d = open_peer(broker)
     sub(d, "durable", "c", 1)
     d.close()
-    time.sleep(0.2)  # set-up, not an assertion: give the broker time to notice the close
+
+    def close_noticed() -> bool:  # the channel lost its client (or, wrongly, went with it)
+        stats = broker.channel_stats("durable", "c")
+        return stats is None or not stats["clients"]
+
+    broker.wait_for(close_noticed)
     assert broker.channel_stats("durable", "c") is not None
 
 
@@ -253,11 +260,13 @@ async def _swarm(
     await asyncio.sleep(seconds)
     stop_publishing.set()
     await asyncio.gather(*producer_tasks)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(
-        sum(c.values()) < sum(published.values()) for c in received
-    ):
-        await asyncio.sleep(0.05)
+
+    def everything_received() -> bool:
+        return all(sum(c.values()) >= sum(published.values()) for c in received)
+
+    # On timeout the caller's comparison of the counts says what is missing.
+    with contextlib.suppress(AssertionError):
+        await async_wait_for(everything_received, 20, 0.05)
     for t in consumer_tasks:
         t.cancel()
     await asyncio.gather(*consumer_tasks, return_exceptions=True)

@@ -21,7 +21,8 @@ import pytest
 from airflow_provider_nsq.client.transport.http_request import http_request
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.lookupd import EmbeddedNSQLookupd
-from tests.support.daemon_processes import daemon, lookup, wait_for
+from airflow_provider_nsq.testing.polling import wait_for
+from tests.support.daemon_processes import daemon, lookup
 from tests.support.lookupd_wire import MAGIC, RAW_CLIENT, V1Peer, identify_bytes
 
 
@@ -92,11 +93,11 @@ def test_broker_registers_again_after_a_lookupd_restart() -> None:
     with EmbeddedNSQD(lookupd_tcp_addresses=[lookupd.tcp_address]) as broker:
         broker.publish("restart_topic", b"x")
         broker.call(lambda b: b.get_topic("restart_topic").get_channel("c"))
-        wait_for(lambda: lookupd.producers("restart_topic"))
+        wait_for(lambda: lookupd.producers("restart_topic"), 10)
         lookupd.stop()
         lookupd = EmbeddedNSQLookupd(tcp_port=tcp_port, http_port=http_port).start()
         try:
-            producers = wait_for(lambda: lookupd.producers("restart_topic"))
+            producers = wait_for(lambda: lookupd.producers("restart_topic"), 10)
             assert producers[0]["tcp_port"] == broker.tcp_port
             status, doc = lookup(http_port, "restart_topic")
             assert (status, doc["channels"]) == (200, ["c"])
@@ -113,7 +114,7 @@ def test_broker_registers_with_the_live_lookupds_when_one_is_dead() -> None:
         EmbeddedNSQD(lookupd_tcp_addresses=[dead, live.tcp_address]) as broker,
     ):
         broker.publish("half_topic", b"x")
-        assert wait_for(lambda: live.producers("half_topic"))[0]["tcp_port"] == broker.tcp_port
+        assert wait_for(lambda: live.producers("half_topic"), 10)[0]["tcp_port"] == broker.tcp_port
 
 
 def test_a_negative_identify_size_does_not_take_the_lookupd_down() -> None:
@@ -125,7 +126,7 @@ def test_a_negative_identify_size_does_not_take_the_lookupd_down() -> None:
         EmbeddedNSQD(lookupd_tcp_addresses=[lookupd.tcp_address]) as broker,
     ):
         broker.publish("safe_topic", b"x")
-        wait_for(lambda: lookupd.producers("safe_topic"))
+        wait_for(lambda: lookupd.producers("safe_topic"), 10)
         peer = V1Peer((lookupd.host, lookupd.tcp_port))
         reply = peer.command(MAGIC + b"IDENTIFY\n\xff\xff\xff\xff")
         assert reply == b"E_BAD_BODY IDENTIFY invalid body size -1"
@@ -146,5 +147,5 @@ def test_broadcast_ports_are_what_lookupds_hand_out() -> None:
         ) as broker,
     ):
         broker.publish("mapped_topic", b"x")
-        producer = wait_for(lambda: lookupd.producers("mapped_topic"))[0]
+        producer = wait_for(lambda: lookupd.producers("mapped_topic"), 10)[0]
         assert (producer["tcp_port"], producer["http_port"]) == (1, 2)
