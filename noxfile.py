@@ -11,8 +11,9 @@ Each Airflow session makes a clean environment (uv) as that Airflow's users had 
 Airflow and everything it pulls in resolved as of a date after its last patch and before
 the next minor (``--exclude-newer``; Airflow's constraint files would be the other way).
 Into it goes the provider's built wheel (``make dist``), not the checkout, with the
-``messaging`` and ``openlineage`` extras and the test tools; then the Airflow-layer tests (``tests/airflow``)
-run from a copy of ``tests/``, so that they import the installed wheel. A test that needs
+``messaging`` and ``openlineage`` extras and the test tools; then the Airflow-layer tests
+(``AIRFLOW_TESTS``: hooks, operators, sensors, triggers ... and the real-Airflow runs) run
+from a copy of ``tests/``, so that they import the installed wheel. A test that needs
 a newer Airflow skips, naming the version it needs.
 
 The provider's own requirements may be newer than an old Airflow's date (a user who
@@ -153,11 +154,12 @@ def _wheel(session: nox.Session) -> Path:
 
 
 def _test_tree(session: nox.Session) -> Path:
-    """A copy of the tests (and the example DAGs they run) outside the checkout, so that
-    ``airflow_provider_nsq`` is imported from the installed wheel, not from the tree."""
+    """A copy of the tests (the example DAGs they run, the docs some of them read) outside
+    the checkout, so that ``airflow_provider_nsq`` is imported from the installed wheel,
+    not from the tree. ``tests/conftest.py`` loads the wheel's pytest plugin."""
     tmp = Path(session.create_tmp())
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc")
-    for name in ("tests", "example_dags"):
+    for name in ("tests", "example_dags", "docs"):
         shutil.rmtree(tmp / name, ignore_errors=True)
         shutil.copytree(ROOT / name, tmp / name, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", tmp / "pyproject.toml")  # pytest's settings
@@ -176,6 +178,27 @@ def _install(session: nox.Session, *requirements: str, as_of: str) -> None:
     newer = [f"--exclude-newer-package={name}={PROVIDER_DEPS_AS_OF}" for name in _own_packages()]
     session.install(f"--exclude-newer={as_of}", *newer, *requirements)
 
+
+#: The Airflow-layer tests, which each Airflow session runs: the folders of the Airflow
+#: classes, the provider-level modules' tests, the real-Airflow runs (e2e) and the
+#: installed-wheel check.
+AIRFLOW_TESTS = [
+    "tests/hooks",
+    "tests/operators",
+    "tests/sensors",
+    "tests/triggers",
+    "tests/queues",
+    "tests/notifications",
+    "tests/transfers",
+    "tests/plugins",
+    "tests/e2e",
+    "tests/example_dags",
+    "tests/test_assets_and_lineage.py",
+    "tests/test_links.py",
+    "tests/test_metrics.py",
+    "tests/test_provider_info.py",
+    "tests/release/test_installed_provider.py",
+]
 
 #: The newest Airflow, the one the newer Pythons run.
 AIRFLOW_NEWEST = max(AIRFLOW_MATRIX, key=Version)
@@ -223,7 +246,7 @@ def airflow(session: nox.Session, minor: str) -> None:
             "python",
             "-m",
             "pytest",
-            "tests/airflow",
+            *AIRFLOW_TESTS,
             "-p",
             "no:cacheprovider",
             "-rs",  # each skip with its reason (the version a feature needs)
@@ -355,9 +378,10 @@ def spark_extras(session: nox.Session) -> None:
 # -- The library on the newer Pythons ----------------------------------------------------
 
 #: The library's own tests: the wire protocol, the client, the embedded nsqd and
-#: nsqlookupd. On 3.11 the main suite runs them; the Airflow-layer tests (the triggers
+#: nsqlookupd (tests/testing), and the replays of real daemons' recordings against all
+#: of them. On 3.11 the main suite runs them; the Airflow-layer tests (the triggers
 #: among them) and the Spark tests have their own sessions.
-LIBRARY_TESTS = ["tests/protocol", "tests/client", "tests/broker", "tests/lookupd"]
+LIBRARY_TESTS = ["tests/protocol", "tests/client", "tests/testing", "tests/conformance"]
 
 
 @nox.session(python=NEWER_PYTHONS)

@@ -8,7 +8,7 @@ over), then one client publishes the burst (sequential PUBs, each waiting for ns
 or MPUBs of 100), and the row shows how long publishing took, how many events the burst
 became, their sizes, and when the last event was handed over (seconds after the first
 publish). Storing the events in Airflow's database is not part of it (about a second
-more, measured by ``tests/airflow/test_event_driven_e2e.py``).
+more, measured by ``tests/e2e/test_event_driven_e2e.py``).
 
 Runs against the embedded broker, started as its own process on free ports, or a real
 nsqd when ``NSQD_ADDRESS`` and ``NSQD_HTTP_ADDRESS`` (``host:port``) are set. The
@@ -40,7 +40,7 @@ os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="nsq-bench-airflow
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection  # noqa: E402
-from airflow_provider_nsq.testing.nsqd_server import NSQDServer  # noqa: E402
+from airflow_provider_nsq.testing.handles import NSQDServer  # noqa: E402
 
 CHANNEL = "bench"
 #: (label, messages, publish mode, pause between messages in s, trigger settings)

@@ -1,10 +1,12 @@
 """``make dist``'s last step: what twine does not check in the sdist and the wheel.
 
 Both must carry LICENSE and NOTICE, be of this checkout's version, and the wheel must hold
-the package, its ``py.typed`` and the entry points Airflow (``apache_airflow_provider``)
-and pytest (``pytest11``) look for. With ``--tag`` (the release workflow's pushed tag),
-the tag must name that version: ``v0.2.0`` for 0.2.0. Prints one line per artifact;
-exit status 1 with the reason when something is missing.
+the package, its ``py.typed`` and the entry point Airflow (``apache_airflow_provider``)
+looks for, and none for pytest (``pytest11``: the fixtures load where a conftest.py asks
+for them, not in every pytest run of every project that installs the provider). With
+``--tag`` (the release workflow's pushed tag), the tag must name that version: ``v0.2.0``
+for 0.2.0. Prints one line per artifact; exit status 1 with the reason when something is
+missing.
 
     python scripts/check_dist.py dist [--tag v0.2.0]
 """
@@ -26,8 +28,9 @@ NAME = "airflow_provider_nsq"
 LICENSE_FILES = ("LICENSE", "NOTICE")
 ENTRY_POINTS = (
     "[apache_airflow_provider]\nprovider_info = airflow_provider_nsq:get_provider_info",
-    "[pytest11]\nnsq = airflow_provider_nsq.testing.pytest_plugin",
 )
+#: Entry points the wheel must not have.
+UNWANTED_ENTRY_POINTS = ("[pytest11]",)
 
 
 def check_wheel(path: Path) -> list[str]:
@@ -45,6 +48,7 @@ def check_wheel(path: Path) -> list[str]:
         if f"{info}/entry_points.txt" in names:
             entry_points = whl.read(f"{info}/entry_points.txt").decode()
             problems += [f"no entry point {e!r}" for e in ENTRY_POINTS if e not in entry_points]
+            problems += [f"entry point {e}" for e in UNWANTED_ENTRY_POINTS if e in entry_points]
         else:
             problems.append(f"no {info}/entry_points.txt")
     return problems

@@ -1,16 +1,20 @@
-"""Test-wide setup: a private Airflow home, configured before anything imports Airflow.
+"""Test-wide setup: a private Airflow home, configured before anything imports Airflow;
+the provider's pytest plugin; the fixtures tests of several folders share.
 
 Importing Airflow with no ``AIRFLOW_HOME`` creates ``~/airflow``; a developer's real
 ``AIRFLOW_HOME`` must never be touched either. So this file points Airflow at a fresh
 temporary directory (always, whatever the environment says), turns the example DAGs
-off and registers two DAG bundles for ``dag.test()``: ``tests/dags`` (the dags folder)
-and the repository's ``example_dags``.
+off and registers two DAG bundles for ``dag.test()``: ``tests/support/dags`` (the dags
+folder) and the repository's ``example_dags``.
 
 It imports nothing from Airflow itself: tests that never touch Airflow stay fast. The
 metadata database is created only when a test asks for the ``airflow_db`` fixture, and
 the one local[2] SparkSession (``spark``, shared by ``tests/spark`` and the docs' Spark
 blocks) and the one Spark Connect server (``spark_connect_server``) only when a test asks
-for them.
+for them. ``nsq_default`` points Airflow's default NSQ connection at the test nsqd.
+
+Helpers shared by several folders are modules of ``tests/support`` (imported as
+``tests.support.<module>``); what one folder alone uses lives in that folder.
 """
 
 from __future__ import annotations
@@ -23,14 +27,15 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-TEST_DAGS = ROOT / "tests" / "dags"
-EXAMPLE_DAGS = ROOT / "example_dags"
+from tests.support.airflow_runs import EXAMPLE_DAGS, TEST_DAGS
+
+#: The provider's fixtures (``nsqd``, ``nsq_topic`` ...): installing the provider does not
+#: register them (docs/testing.md), a suite loads them here, in its top-level conftest.py.
+pytest_plugins = ["airflow_provider_nsq.testing.pytest_plugin"]
 
 _AIRFLOW_HOME = tempfile.mkdtemp(prefix="nsq-airflow-home-")
 atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
@@ -79,6 +84,22 @@ def airflow_db(airflow_home: str) -> Iterator[None]:
 
     db.resetdb()
     yield
+
+
+@pytest.fixture
+def nsq_default(nsqd, monkeypatch) -> str:
+    """Point the ``nsq_default`` Airflow connection at the test nsqd (env-var URI form)."""
+    uri = f"nsq://{nsqd.host}:{nsqd.tcp_port}?http_port={nsqd.http_port}"
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", uri)
+    return uri
+
+
+@pytest.fixture
+def nsq_default_tcp_only(nsqd, monkeypatch) -> str:
+    """``nsq_default`` without nsqd's HTTP port: sensors must fall back to TCP windows."""
+    uri = f"nsq://{nsqd.host}:{nsqd.tcp_port}"
+    monkeypatch.setenv("AIRFLOW_CONN_NSQ_DEFAULT", uri)
+    return uri
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

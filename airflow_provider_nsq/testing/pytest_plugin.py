@@ -1,18 +1,26 @@
-"""pytest plugin (entry point ``pytest11: nsq``): NSQ servers for tests.
+"""pytest plugin: NSQ servers for tests.
+
+Installing the provider does not register it: a project loads it where it wants the
+fixtures, with one line in its top-level ``conftest.py``::
+
+    pytest_plugins = ["airflow_provider_nsq.testing.pytest_plugin"]
+
+(registered for every pytest run, its fixture names would appear in every project that
+installs the provider, and could clash with that project's own).
 
 Fixtures:
 
 - ``nsqd`` (session): an embedded nsqd-compatible broker, or the real nsqd named by
   ``NSQD_ADDRESS=host:port`` (and ``NSQD_HTTP_ADDRESS=host:port``, default: the TCP
-  port + 1): an :class:`~.nsqd_server.NSQDServer` (addresses and HTTP helpers);
+  port + 1): an :class:`~.handles.NSQDServer` (addresses and HTTP helpers);
 - ``nsqd_factory`` (function): ``nsqd_factory(**options)`` starts a dedicated embedded
   broker with custom nsqd flags (limits, TLS, AUTH ...), stopped after the test; skips
   when ``NSQD_ADDRESS`` is set;
 - ``nsqlookupd`` (session): an embedded nsqlookupd-compatible server, or the real one
   named by ``NSQLOOKUPD_HTTP_ADDRESS`` (and ``NSQLOOKUPD_TCP_ADDRESS``, default: the
-  HTTP port - 1): an :class:`~.lookupd_server.NSQLookupdServer`;
+  HTTP port - 1): an :class:`~.handles.NSQLookupdServer`;
 - ``nsq_topology`` (function): ``nsq_topology(n=2, **broker_options)`` gives a lookupd
-  and ``n`` nsqds registered with it: an :class:`~.topology.NSQTopology`;
+  and ``n`` nsqds registered with it: an :class:`~.topologies.NSQTopology`;
 - ``nsq_topic`` (function): a unique valid topic name for the test;
 - ``tls_files`` (session): a throw-away CA, server certificate (127.0.0.1) and client
   certificate, see :func:`airflow_provider_nsq.testing.certificates.generate_tls_files`.
@@ -34,10 +42,8 @@ import pytest
 if TYPE_CHECKING:
     from .broker import EmbeddedNSQD
     from .certificates import TLSFiles
-    from .embedded_topology import EmbeddedTopology
-    from .lookupd_server import NSQLookupdServer
-    from .nsqd_server import NSQDServer
-    from .topology import NSQTopology
+    from .handles import NSQDServer, NSQLookupdServer
+    from .topologies import EmbeddedTopology, NSQTopology
 
 
 def _split_address(value: str, what: str) -> tuple[str, int]:
@@ -64,7 +70,7 @@ def _external_nsqds() -> list[NSQDServer]:
         raise pytest.UsageError("NSQD_HTTP_ADDRESS must list one address per NSQD_ADDRESS entry")
     if not tcp:
         return []
-    from .nsqd_server import NSQDServer
+    from .handles import NSQDServer
 
     servers = []
     for i, address in enumerate(tcp):
@@ -82,7 +88,7 @@ def _external_lookupd() -> NSQLookupdServer | None:
     http = os.environ.get("NSQLOOKUPD_HTTP_ADDRESS", "").strip()
     if not http:
         return None
-    from .lookupd_server import NSQLookupdServer
+    from .handles import NSQLookupdServer
 
     http_host, http_port = _split_address(http, "NSQLOOKUPD_HTTP_ADDRESS")
     tcp = os.environ.get("NSQLOOKUPD_TCP_ADDRESS", "").strip()
@@ -101,7 +107,7 @@ def nsqd() -> Iterator[NSQDServer]:
         yield external[0]
         return
     from .broker import EmbeddedNSQD
-    from .nsqd_server import nsqd_server_for
+    from .handles import nsqd_server_for
 
     with EmbeddedNSQD() as broker:
         yield nsqd_server_for(broker)
@@ -113,7 +119,7 @@ def nsqd_factory() -> Iterator[Callable[..., NSQDServer]]:
     if os.environ.get("NSQD_ADDRESS"):
         pytest.skip("needs an embedded broker with custom flags")
     from .broker import EmbeddedNSQD
-    from .nsqd_server import nsqd_server_for
+    from .handles import nsqd_server_for
 
     started: list[EmbeddedNSQD] = []
 
@@ -137,8 +143,8 @@ def nsqlookupd() -> Iterator[NSQLookupdServer]:
     if external is not None:
         yield external
         return
+    from .handles import lookupd_server_for
     from .lookupd import EmbeddedNSQLookupd
-    from .lookupd_server import lookupd_server_for
 
     with EmbeddedNSQLookupd() as server:
         yield lookupd_server_for(server)
@@ -156,7 +162,7 @@ def nsq_topology() -> Iterator[Callable[..., NSQTopology]]:
     skipped when it lists fewer than ``n`` or broker options are given), or, without
     ``NSQD_ADDRESS``, embedded brokers registered with the real lookupd.
     """
-    from .topology import NSQTopology, registered_with
+    from .topologies import NSQTopology, registered_with
 
     started: list[EmbeddedTopology] = []
 
@@ -176,9 +182,8 @@ def nsq_topology() -> Iterator[Callable[..., NSQTopology]]:
                 )
             topology = NSQTopology(lookupd, external_nsqds[:n], [None] * n)
         else:
-            from .embedded_topology import EmbeddedTopology
-            from .lookupd_server import lookupd_server_for
-            from .nsqd_server import nsqd_server_for
+            from .handles import lookupd_server_for, nsqd_server_for
+            from .topologies import EmbeddedTopology
 
             embedded = EmbeddedTopology(
                 n,

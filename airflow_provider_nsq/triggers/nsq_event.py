@@ -98,7 +98,7 @@ try:
 
     #: True on Airflow >= 3.3: the triggerer FINs through the shared-stream ack channel.
     ACK_MODE = True
-except ImportError:  # Airflow 3.0-3.2 (tests/airflow/test_event_trigger.py imports it so)
+except ImportError:  # Airflow 3.0-3.2 (tests/triggers/test_event_trigger.py imports it so)
     ACK_MODE = False
     SharedStreamProducer = object  # type: ignore[assignment,misc]
     # Before 3.3 nothing calls these (shared_stream_key() is None there, so the

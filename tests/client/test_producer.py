@@ -10,8 +10,8 @@ import pytest
 from airflow_provider_nsq.client.producer import AsyncNSQProducer, NSQProducer
 from airflow_provider_nsq.protocol.errors import NSQConnectionError, NSQServerError, NSQValueError
 from airflow_provider_nsq.testing.polling import wait_for
-from tests.client.net import TCPProxy, closed_port
-from tests.client.scripted_nsqd import Peer, ScriptedNSQD
+from tests.support.net import TCPProxy, closed_port
+from tests.support.scripted_nsqd import Peer, ScriptedNSQD
 
 
 def depth(nsqd, topic: str) -> int:

@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_nsq.client import ClientConfig
 from airflow_provider_nsq.client.http.nsqd_api import NSQDHTTPClient
 from airflow_provider_nsq.protocol.errors import NSQConnectionError
-from tests.client.drivers import DRIVERS, make_driver
+from tests.support.drivers import DRIVERS, make_driver
 
 HOST = "nsqd.invalid"
 

@@ -20,8 +20,9 @@ from airflow_provider_nsq.protocol import (
     NSQTimeoutError,
     NSQValueError,
 )
-from tests.client.drivers import DRIVERS, make_consumer, make_driver
-from tests.client.scripted_nsqd import Peer, ScriptedNSQD
+from airflow_provider_nsq.testing.polling import wait_for
+from tests.support.drivers import DRIVERS, make_consumer, make_driver
+from tests.support.scripted_nsqd import Peer, ScriptedNSQD
 
 pytestmark = pytest.mark.parametrize("kind", DRIVERS)
 
@@ -149,10 +150,7 @@ def test_frames_split_into_single_bytes_are_reassembled(kind) -> None:
     with ScriptedNSQD(script) as server, make_driver(kind, config(server)) as conn:
         conn.subscribe("t", "c")
         conn.ready(1)
-        got = []
-        deadline = time.monotonic() + 5
-        while not got and time.monotonic() < deadline:
-            got = conn.read_messages(1.0)
+        got = wait_for(lambda: conn.read_messages(1.0), 5, 0)
         assert [(m.id, m.timestamp, m.attempts, m.body) for m in got] == [
             ("0123456789abcdef", 123, 1, body)
         ]
@@ -339,11 +337,15 @@ def test_manual_window_hands_back_messages_and_close_requeues_the_rest(kind) -> 
         got[0].finish()  # idempotent
         consumer.close()
         server.done.wait(5)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        lines = [c[0] for c in server.peers[0].commands]
-        if "REQ 000000000000000b 0" in lines:
-            break
-        time.sleep(0.01)
+
+    def commands() -> list[str]:
+        return [c[0] for c in server.peers[0].commands]
+
+    lines = wait_for(
+        lambda: "REQ 000000000000000b 0" in commands() and commands(),
+        5,
+        0.01,
+        message=lambda: f"the REQ at close, among {commands()}",
+    )
     answers = [line for line in lines if line.startswith(("FIN", "REQ"))]
     assert answers == ["FIN 000000000000000a", "REQ 000000000000000b 0"]

@@ -11,7 +11,7 @@ start's install, a second run with no new order ends as the README says (the sen
 one-minute timeout), and a DAG folder of every example DAG imports. Neither run logs
 Airflow's warning about a secret too short to mask (the quick start's connection is in
 the JSON form). The UI step's ``airflow standalone`` and what the UI shows are marked
-for tests/airflow/test_connection_form_ui.py, which checks them in a browser.
+for tests/e2e/test_connection_form_ui.py, which checks them in a browser.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.airflow.dag_parsing import parse_dag_folders
+from tests.support.dag_parsing import parse_dag_folders
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -40,7 +40,7 @@ _SECOND_RUN = re.compile(
 _SECTION = re.compile(r"^## Quick start\n(.*?)(?=^## )", re.MULTILINE | re.DOTALL)
 #: Marks a block of the quick start that this test leaves to the browser test: the UI
 #: step's ``airflow standalone`` (it serves until Ctrl-C) and what the UI then shows.
-IN_A_BROWSER = "<!-- checked in a browser: tests/airflow/test_connection_form_ui.py -->"
+IN_A_BROWSER = "<!-- checked in a browser: tests/e2e/test_connection_form_ui.py -->"
 _BLOCK = re.compile(
     rf"(?P<marker>^{re.escape(IN_A_BROWSER)}\n)?^```(?P<kind>bash|text)\n(?P<body>.*?)^```$",
     re.MULTILINE | re.DOTALL,

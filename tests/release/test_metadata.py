@@ -138,3 +138,19 @@ def test_the_docs_name_the_pythons_the_matrix_runs(noxfile):
         assert f"python{python})" in checked[python] and f"library-{python}" in checked[python]
     declared = {row[0].split()[0] for row in rows if "classifier," in row[1]}
     assert declared == set(noxfile.PYTHONS)
+
+
+def test_the_pytest_plugin_loads_only_where_a_conftest_asks_for_it():
+    # Registered through a pytest11 entry point, the fixtures (nsqd, nsq_topic ...) would
+    # appear in every pytest run of every project that installs the provider. The suite
+    # loads them as docs/testing.md tells users to.
+    assert "pytest11" not in PROJECT.get("entry-points", {})
+    line = 'pytest_plugins = ["airflow_provider_nsq.testing.pytest_plugin"]'
+    assert line in (ROOT / "tests" / "conftest.py").read_text()
+    assert line in (ROOT / "docs" / "testing.md").read_text()
+
+
+def test_the_sessions_run_test_paths_that_exist(noxfile):
+    # A moved test folder must not silently drop out of the version matrix.
+    for path in [*noxfile.AIRFLOW_TESTS, *noxfile.LIBRARY_TESTS, *noxfile.SPARK_EXTRAS_TESTS]:
+        assert (ROOT / path).exists(), f"noxfile.py runs {path}, which does not exist"

@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_nsq.client import AsyncNSQConnection, ClientConfig
 from airflow_provider_nsq.protocol import NSQConnectionClosedError, NSQError
 from airflow_provider_nsq.testing.faults import FaultProxy
+from airflow_provider_nsq.testing.polling import async_wait_for
 
 
 @pytest.fixture
@@ -64,10 +65,9 @@ def test_a_burst_after_a_drop_shares_one_new_connection(nsqd, nsq_topic, proxy) 
             proxy.cut_all(how="rst")
             # Wait until the client saw the reset, so every publish below finds the
             # connection dropped.
-            for _ in range(500):
-                if not conn.connected:
-                    break
-                await asyncio.sleep(0.01)
+            await async_wait_for(
+                lambda: not conn.connected, 5, 0.01, message="the client saw the reset"
+            )
             return await burst(conn, nsq_topic, "after-drop")
         finally:
             await conn.close()
@@ -140,7 +140,7 @@ def test_close_during_a_shared_connect_fails_every_publisher_cleanly() -> None:
                 ClientConfig(port=silent.getsockname()[1], connect_timeout=30)
             )
             tasks = [asyncio.ensure_future(conn.publish("t", b"%d" % i)) for i in range(5)]
-            await asyncio.sleep(0.2)
+            await async_wait_for(lambda: conn._connecting.running, 5, message="a connect")
             await conn.close()
             return await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
 

@@ -19,7 +19,8 @@ from airflow_provider_nsq.client import AsyncNSQConnection, ClientConfig, NSQCon
 from airflow_provider_nsq.protocol import NSQError
 from airflow_provider_nsq.testing.broker import EmbeddedNSQD
 from airflow_provider_nsq.testing.faults import FaultProxy
-from tests.client.drivers import DRIVERS
+from airflow_provider_nsq.testing.polling import wait_for
+from tests.support.drivers import DRIVERS
 
 CONNECT_TIMEOUT = 1.0
 READ_TIMEOUT = 1.0
@@ -102,13 +103,16 @@ def run_through_outage(
     thread = threading.Thread(target=PUBLISHERS[kind], args=(run, config, topic), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while len(run.ok_before) < 50 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: len(run.ok_before) >= 50, 20, 0.01, message="50 publishes before")
         kill()
         errors_at_kill = len(run.errors)
-        time.sleep(1.5)  # nsqd stays down for a while: the publisher keeps trying
-        assert len(run.errors) > errors_at_kill, "no publish noticed the outage"
+        # nsqd stays down while the publisher keeps trying: three failed publishes.
+        wait_for(
+            lambda: len(run.errors) >= errors_at_kill + 3,
+            20,
+            0.01,
+            message=lambda: f"publishes noticing the outage ({len(run.errors) - errors_at_kill})",
+        )
         revive()
         run.restarted.set()
         assert run.recovered.wait(30), f"no recovery: {run.errors[-5:]}"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections import Counter
 
 from airflow_provider_nsq.client import AsyncNSQConnection, ClientConfig, NSQConnection
 from airflow_provider_nsq.hooks.nsq import NSQHook
+from airflow_provider_nsq.testing.polling import wait_for
 
 PUBLISHERS = 50
 CONSUMERS = 5
@@ -110,10 +110,18 @@ def test_50_publishers_and_5_consumers_lose_and_duplicate_nothing(
         thread.join(120)
     expected = {f"p{n:02d}-{i:03d}".encode() for n in range(PUBLISHERS) for i in range(40)}
     try:
-        deadline = time.monotonic() + 60
-        while inbox.total < len(expected) and time.monotonic() < deadline and not inbox.errors:
-            time.sleep(0.05)
-        time.sleep(0.5)  # a duplicate would arrive now
+        wait_for(
+            lambda: inbox.total >= len(expected) or inbox.errors,
+            60,
+            0.05,
+            message=lambda: f"{inbox.total} of {len(expected)} consumed",
+        )
+
+        def nothing_left() -> bool:  # so no duplicate can still come
+            stats = nsqd.channel_stats(nsq_topic, "c") or {}
+            return stats.get("depth") == 0 and stats.get("in_flight_count") == 0
+
+        nsqd.wait_for(nothing_left, 10, message="every message FINished, none waiting")
     finally:
         inbox.stop.set()
         for thread in consumers:

@@ -26,8 +26,8 @@ from airflow_provider_nsq.protocol import (
     encode_response,
 )
 from airflow_provider_nsq.protocol.compression import DeflateCodec, SnappyCodec
-from tests.client.drivers import DRIVERS, make_driver
-from tests.client.scripted_nsqd import IDENTIFY_JSON, Peer, ScriptedNSQD
+from tests.support.drivers import DRIVERS, make_driver
+from tests.support.scripted_nsqd import IDENTIFY_JSON, Peer, ScriptedNSQD
 
 DEEP = b"[" * 100_000
 MIB = 1 << 20

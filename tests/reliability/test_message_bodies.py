@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_nsq.client import ClientConfig, encode_body
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.protocol import NSQValueError
-from tests.client.drivers import DRIVERS, make_driver
+from tests.support.drivers import DRIVERS, make_driver
 
 
 def nested(depth: int) -> list:

@@ -30,7 +30,7 @@ from airflow_provider_nsq.client.transport.http_request import ahttp_request, ht
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.protocol import NSQError, NSQTimeoutError
 from airflow_provider_nsq.testing.faults import FaultProxy, stall
-from tests.client.drivers import make_driver
+from tests.support.drivers import make_driver
 
 TIMEOUT = 0.5
 SLACK = 2.5  # a loaded CI machine, not a hang

@@ -8,7 +8,7 @@ import pytest
 from airflow_provider_nsq.client import ClientConfig
 from airflow_provider_nsq.hooks.nsq import NSQHook
 from airflow_provider_nsq.protocol import NSQServerError, NSQStateError
-from tests.client.drivers import DRIVERS, make_driver
+from tests.support.drivers import DRIVERS, make_driver
 
 
 def hook_for(monkeypatch, server, **extras: str) -> NSQHook:

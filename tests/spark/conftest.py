@@ -8,7 +8,6 @@ real nsqd when NSQD_ADDRESS is set), so these tests run unchanged against both.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConsumer
+from airflow_provider_nsq.testing.polling import wait_for
 
 
 @pytest.fixture
@@ -35,12 +35,16 @@ def read_topic(nsqd: Any) -> Callable[..., list[bytes]]:
         config = config or ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
         channel = f"check-{uuid.uuid4().hex[:8]}"
         bodies: list[bytes] = []
-        deadline = time.monotonic() + timeout
-        while len(bodies) < expected and time.monotonic() < deadline:
-            want = min(expected - len(bodies), 2000)  # within nsqd's max RDY (2500)
-            with NSQConsumer(topic, channel, config=config) as consumer:
-                got = consumer.consume(max_messages=want, timeout=2.0)
-            bodies.extend(m.body for m in got)
+
+        def enough() -> bool:
+            if len(bodies) < expected:
+                want = min(expected - len(bodies), 2000)  # within nsqd's max RDY (2500)
+                with NSQConsumer(topic, channel, config=config) as consumer:
+                    got = consumer.consume(max_messages=want, timeout=2.0)
+                bodies.extend(m.body for m in got)
+            return len(bodies) >= expected
+
+        wait_for(enough, timeout, 0, message=lambda: f"{len(bodies)} of {expected} on {topic}")
         with NSQConsumer(topic, channel, config=config) as consumer:
             extra = consumer.consume(max_messages=10, timeout=0.5)
         return bodies + [m.body for m in extra]

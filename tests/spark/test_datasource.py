@@ -267,7 +267,7 @@ def test_options_from_an_airflow_connection_with_tls_auth_and_compression(
     from airflow_provider_nsq.client import ClientConfig
     from airflow_provider_nsq.hooks.nsq import NSQHook
     from airflow_provider_nsq.spark import options_from_client_config
-    from airflow_provider_nsq.testing.auth import StaticAuthorizer, allow_all
+    from airflow_provider_nsq.testing.auth_server import StaticAuthorizer, allow_all
 
     server = nsqd_factory(
         tls_cert=tls_files.server_cert,
@@ -309,7 +309,7 @@ def test_nsqd_tcp_addresses_spread_partitions_and_skip_a_dead_nsqd(
     spark: Any, save: Save, nsq_topology: Any, nsq_topic: str, tmp_path: Path
 ) -> None:
     from airflow_provider_nsq.client.consumer import NSQConsumer
-    from tests.client.net import closed_port
+    from tests.support.net import closed_port
 
     topology = nsq_topology(n=2)
     for nsqd in topology.nsqds:

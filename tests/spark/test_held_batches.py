@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_nsq.client import ClientConfig, NSQConnection
 from airflow_provider_nsq.client.consumer import NSQConsumer
 from airflow_provider_nsq.spark.held_batches import HeldBatches
+from airflow_provider_nsq.testing.polling import wait_for
 
 CHANNEL = "holder"
 
@@ -26,11 +27,15 @@ def publish(nsqd: Any, topic: str, bodies: list[bytes]) -> None:
 def drain(nsqd: Any, topic: str, expected: int) -> list[Any]:
     """Read what the channel holds now (FIN'd), up to ``expected`` and a bit more."""
     got: list[Any] = []
-    deadline = time.monotonic() + 20
     config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
-    while len(got) < expected and time.monotonic() < deadline:
-        with NSQConsumer(topic, CHANNEL, config=config) as consumer:
-            got += consumer.consume(max_messages=expected - len(got), timeout=1.0)
+
+    def enough() -> bool:
+        if len(got) < expected:
+            with NSQConsumer(topic, CHANNEL, config=config) as consumer:
+                got.extend(consumer.consume(max_messages=expected - len(got), timeout=1.0))
+        return len(got) >= expected
+
+    wait_for(enough, 20, 0, message=lambda: f"{len(got)} of {expected} on {topic}")
     with NSQConsumer(topic, CHANNEL, config=config) as consumer:
         got += consumer.consume(max_messages=10, timeout=0.5)
     return got

@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import textwrap
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import pytest
 
 from airflow_provider_nsq import __version__
 from airflow_provider_nsq.spark import NSQConnectServerError, publish_dataframe
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.spark.connect_server import CONNECT_MISSING, ConnectServer
 from tests.spark.pyspark_features import needs_data_source, needs_stream_reader
 from tests.spark.python_envs import (
@@ -181,9 +181,7 @@ def test_a_failed_batch_finishes_nothing_and_the_rerun_gets_every_message_once(
 
     def hold_then_fail(row: Any) -> None:  # runs in the server's Python workers, batch 0
         started.touch()
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(release.exists, 120, 0.05, message="the test's release")
         raise RuntimeError("the sink failed")
 
     query = (

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_nsq.client import ClientConfig, NSQConnection, NSQConsumer
+from airflow_provider_nsq.testing.polling import wait_for
 from tests.spark.pyspark_features import needs_stream_reader
 
 pytestmark = [pytest.mark.spark, needs_stream_reader]
@@ -35,11 +36,15 @@ def read_back(nsqd: Any, topic: str, expected: int, timeout: float = 30.0) -> li
     """What CHANNEL holds now, FIN'd: ``expected`` messages and whatever else comes."""
     got: list[Any] = []
     config = ClientConfig(host=nsqd.host, port=nsqd.tcp_port)
-    deadline = time.monotonic() + timeout
-    while len(got) < expected and time.monotonic() < deadline:
-        want = min(expected - len(got), 2000)
-        with NSQConsumer(topic, CHANNEL, config=config) as consumer:
-            got += consumer.consume(max_messages=want, timeout=2.0)
+
+    def enough() -> bool:
+        if len(got) < expected:
+            want = min(expected - len(got), 2000)
+            with NSQConsumer(topic, CHANNEL, config=config) as consumer:
+                got.extend(consumer.consume(max_messages=want, timeout=2.0))
+        return len(got) >= expected
+
+    wait_for(enough, timeout, 0, message=lambda: f"{len(got)} of {expected} on {topic}")
     with NSQConsumer(topic, CHANNEL, config=config) as consumer:
         got += consumer.consume(max_messages=10, timeout=0.5)
     return got
@@ -171,9 +176,7 @@ def test_stopping_mid_batch_finishes_nothing_and_every_message_comes_back(
 
     def block(row: Any) -> None:  # runs on an executor, inside batch 0
         started.touch()
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(release.exists, 120, 0.05, message="the test's release")
 
     query = (
         stream(spark, nsqd, nsq_topic)

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_nsq.testing.broker.__main__ import build_parser as broker_parser
 from airflow_provider_nsq.testing.lookupd.__main__ import build_parser as lookupd_parser
-from tests.testing.listening import listening_ports
+from tests.support.listening import listening_ports
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 

@@ -14,7 +14,7 @@ nothing survives a restart.
 - ``python -m airflow_provider_nsq.testing.broker --tcp-port 4150 --http-port 4151``.
 
 Modules, each importing only those listed before it: ``errors``, ``message``, ``options``;
-``identify`` (IDENTIFY's JSON and the settings it negotiates), ``auth``; ``channel``,
+``identify`` (IDENTIFY's JSON and the settings it negotiates), ``authorization``; ``channel``,
 ``topic``; ``state`` (topics, clients, what they share); ``output`` (a client's output
 buffer), ``timers`` (heartbeats, read and write deadlines); ``session`` (one client:
 reading commands, delivering messages, upgrades); ``commands`` (the V2 commands);

@@ -27,7 +27,7 @@ from airflow_provider_nsq.protocol.names import is_valid_name
 
 from ..wire.command_reader import BadMessageSize, CommandReader
 from ..wire.go_json import go_json
-from .auth import AuthFailed, AuthState
+from .authorization import AuthFailed, AuthState
 from .channel import QueueFull
 from .errors import ClientError, go_quote
 from .identify import decode_identify

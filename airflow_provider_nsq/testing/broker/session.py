@@ -37,7 +37,7 @@ from airflow_provider_nsq.protocol.errors import NSQProtocolError
 from airflow_provider_nsq.protocol.frames import encode_error, encode_message, encode_response
 
 from ..wire.command_reader import CommandReader
-from .auth import AuthState, call_authorizer, query_any
+from .authorization import AuthState, call_authorizer, query_any
 from .channel import Channel
 from .errors import ClientError
 from .identify import ClientSettings, IdentifyData

@@ -1,7 +1,7 @@
 """What the test servers are built from, apart from what users import.
 
 The embedded nsqd (:mod:`..broker`) and nsqlookupd (:mod:`..lookupd`), the AUTH server
-(:mod:`..auth`) and the fault proxy (:mod:`..faults`) share this plumbing:
+(:mod:`..auth_server`) and the fault proxy (:mod:`..faults`) share this plumbing:
 
 - :mod:`.http_server`: an HTTP/1.1 server on asyncio and h11 that answers as Go's
   ``net/http`` does (the only HTTP server of the package);
