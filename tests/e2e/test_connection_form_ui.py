@@ -81,6 +81,11 @@ class UI:
 
 @pytest.fixture(scope="module")
 def ui(nsqd, tmp_path_factory) -> Iterator[UI]:
+    if not README.exists():
+        pytest.skip(
+            "README.md is not beside these tests (a copy of tests/ run against the "
+            "installed wheel): the README's step is checked in the main suite"
+        )
     step = ui_step()
     assert step.left_to_this_test.split("#")[0].strip() == "airflow standalone"
     airflow = RealAirflow(tmp_path_factory.mktemp("airflow"), [], {})

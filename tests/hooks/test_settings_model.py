@@ -26,7 +26,7 @@ from airflow_provider_nsq.spark.writer_options import WRITE_OPTIONS  # noqa: E40
 _NEW_SETTING = textwrap.dedent(
     """
     import dataclasses, json
-    from airflow_provider_nsq.client import config as config_module
+    from airflow_provider_nsq.client.settings import client_config as config_module
     from airflow_provider_nsq.client.settings.fields import setting
 
     @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,13 @@ from tests.support.net import closed_port
 from tests.support.nsqd_contents import client_config
 
 DAGS = TEST_DAGS / "nsq_notifier_dags.py"
-CONTEXT = {"ti": types.SimpleNamespace(task_id="load", dag_id="orders"), "run_id": "manual__1"}
+# A callback's context has its DAG; Airflow 3.0's notifier reads it to pick the template
+# environment (None: the default one).
+CONTEXT = {
+    "dag": None,
+    "ti": types.SimpleNamespace(task_id="load", dag_id="orders"),
+    "run_id": "manual__1",
+}
 
 
 def _channel(nsqd, topic: str) -> str:

@@ -97,12 +97,13 @@ def log_lines(caplog) -> Iterator[list[tuple[str, str]]]:
     for operators and triggers alike), each message with its arguments filled in."""
     lines: list[tuple[str, str]] = []
     caplog.set_level(logging.INFO)
+    before = len(caplog.records)  # caplog keeps a test's records: only this block's
     with structlog.testing.capture_logs() as captured:
         yield lines
     for entry in captured:
         args = entry.get("positional_args") or ()
         lines.append((entry["log_level"], entry["event"] % args if args else entry["event"]))
-    lines += [(r.levelname.lower(), r.getMessage()) for r in caplog.records]
+    lines += [(r.levelname.lower(), r.getMessage()) for r in caplog.records[before:]]
 
 
 def _about_nsqd(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
