@@ -8,7 +8,13 @@ DOCS_VENV  ?= .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed-stamp
 # Pins that keep the resolver on versions checked together. pyspark and pyspark-client
 # (which the Spark provider pulls in) install into one pyspark/ folder: keep them equal.
-PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3"
+# The object-storage test's S3 stack (moto's server, the Amazon provider with s3fs) is
+# pinned whole: boto3, botocore and aiobotocore each cap the others' versions, and from
+# PyPI alone pip backtracked through their releases for 29 minutes and gave up
+# (resolution-too-deep); pinned, `make install` resolves in about a minute.
+PINS    := "apache-airflow==3.3.2" "pyspark==4.2.0" "pyspark-client==4.2.0" "pandas<3" \
+	"apache-airflow-providers-amazon==9.38.0" "moto==5.2.6" "s3fs==2026.9.0" \
+	"aiobotocore==3.10.0" "boto3==1.43.117" "botocore==1.43.117"
 
 .PHONY: install hooks check test lint typecheck pytest docs matrix-ci compat dist demo bench bench-check clean
 
