@@ -212,21 +212,10 @@ def message_record(
     :param nsqd: the nsqd to name (default: the one that delivered it,
         ``message.nsqd``; ``""`` for a message built by hand).
     """
-    body = message.body
-    try:
-        text, encoding = body.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        text, encoding = base64.b64encode(body).decode("ascii"), "base64"
-    return {
-        "id": message.raw_id.decode("ascii", "replace"),  # what ``message.id`` says
-        "body": text,
-        "body_encoding": encoding,
-        "attempts": message.attempts,
-        "timestamp": message.timestamp,
-        "topic": topic,
-        "channel": channel,
-        "nsqd": nsqd if nsqd is not None else message.nsqd or "",
-    }
+    record = message_records([message], topic, channel)[0]
+    if nsqd is not None:
+        record["nsqd"] = nsqd
+    return record
 
 
 def message_records(
@@ -248,10 +237,10 @@ def message_records(
             text, encoding = body.decode("utf-8"), "utf-8"
         except UnicodeDecodeError:
             text, encoding = base64.b64encode(body).decode("ascii"), "base64"
-        # What message_record makes, written out: this runs once per message of a batch.
+        # Written out, not a call per message: this runs once per message of a batch.
         append(
             {
-                "id": message.raw_id.decode("ascii", "replace"),
+                "id": message.raw_id.decode("ascii", "replace"),  # what ``message.id`` says
                 "body": text,
                 "body_encoding": encoding,
                 "attempts": message.attempts,
