@@ -138,13 +138,14 @@ class NSQConsumeOperator(BaseOperator):
     :param apply_function_kwargs: keyword arguments (templated).
     :param max_messages: end after this many deliveries (default 1000; None: only
         ``idle_timeout`` ends the task) (templated).
-    :param max_batch_size: the batch size for ``apply_function_batch``, and how many
-        messages ``apply_function``'s thread is handed at once (default 100, at most
-        2500, nsqd's ``--max-rdy-count``). The task holds up to three times as many in
-        flight (at most 2500): one batch with the function, the next one read, the one
-        after on its way, so nsqd delivers while the function runs. A message waits in
-        flight (TOUCHed) for the calls before it: keep ``3 x max_batch_size`` times a
-        call's duration under nsqd's ``--max-msg-timeout`` (15 min by default).
+    :param max_batch_size: the batch size for ``apply_function_batch`` (default 100, at
+        most 2500, nsqd's ``--max-rdy-count``). The task holds up to three times as many
+        in flight (at most 2500), for either function: one batch with the function, the
+        next one read, the one after on its way, so nsqd delivers while the function
+        runs (``apply_function``'s thread is handed every message held at once, and
+        calls it on each in turn). A message waits in flight (TOUCHed) for the calls
+        before it: keep ``3 x max_batch_size`` times a call's duration under nsqd's
+        ``--max-msg-timeout`` (15 min by default).
     :param idle_timeout: end once this long passed with nothing to do: seconds or a
         ``timedelta`` (default 5 s) (templated).
     :param max_attempts: the delivery (nsqd's ``attempts``, counting every delivery of
@@ -315,9 +316,10 @@ class NSQConsumeOperator(BaseOperator):
             stopping=self._killed.is_set,
         )
         self.log.info(
-            "Consuming %s/%s (max_messages=%s, max_batch_size=%s, idle_timeout=%ss, "
-            "max_attempts=%s, dead_letter_topic=%s, msg_timeout=%s)",
-            *(self.topic, self.channel, settings.max_messages, settings.max_in_flight),
+            "Consuming %s/%s (max_messages=%s, max_batch_size=%s, in flight up to %s, "
+            "idle_timeout=%ss, max_attempts=%s, dead_letter_topic=%s, msg_timeout=%s)",
+            *(self.topic, self.channel, settings.max_messages, self.max_batch_size),
+            settings.max_in_flight,
             *(settings.idle_timeout, settings.max_attempts, self.dead_letter_topic),
             f"{consumer.config.msg_timeout_ms}ms" if consumer.config.msg_timeout_ms else "nsqd's",
         )

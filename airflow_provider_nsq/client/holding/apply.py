@@ -22,8 +22,8 @@ the function in slices of at most :data:`~.holder.KEEP_ALIVE_S` and in between a
 heartbeats and TOUCHes what has been held for a third of msg_timeout.
 
 What a message costs is paid per hand-off, not per message: the function thread is
-handed every message held at once (up to ``batch_size``; a per-message function is
-called on each in turn, stopping after the first that raises), the answers of the calls
+handed every message held at once (a batch function up to ``batch_size``; a
+per-message function is called on each in turn, stopping after the first that raises), the answers of the calls
 that ended are written together (one FIN write per connection), and the metrics are
 counted in memory and sent at most once a second (and when the run ends). A message
 is still FINished only after
@@ -122,8 +122,8 @@ class ApplySettings:
     :param max_messages: end after answering this many deliveries (None: no limit).
     :param max_in_flight: messages held at once (the RDY budget). More than
         ``batch_size`` lets nsqd deliver the next group while the function runs.
-    :param batch_size: messages per hand-off to the function's thread: the batch of a
-        batch function, the read-ahead of a per-message one (None: ``max_in_flight``).
+    :param batch_size: the batch of a batch function (None: ``max_in_flight``); a
+        per-message function's thread is handed every message held.
     :param idle_timeout: end once this many seconds passed with nothing to do.
     :param max_attempts: the delivery (nsqd's ``attempts``) after whose failure a message
         is set aside (None: never; REQ'd every time).
@@ -332,10 +332,14 @@ class ConsumeApply:
 
     def _next_group(self, left: int | None) -> list[NSQMessage]:
         """What the function thread gets next: every message held (a per-message
-        function is called on each in turn), or the next batch: what is held, then what
-        arrives until the batch is full or nothing came for :data:`BATCH_GATHER_S`."""
+        function is called on each in turn: one hand-off for all of them, whatever
+        ``batch_size``, since each hand-off costs two thread wake-ups), or the next batch:
+        what is held, then what arrives until the batch is full or nothing came for
+        :data:`BATCH_GATHER_S`."""
         settings = self.settings
-        size = min(settings.batch_size or settings.max_in_flight, settings.max_in_flight)
+        size = settings.max_in_flight
+        if settings.batch and settings.batch_size:
+            size = min(settings.batch_size, size)
         if left is not None:
             size = min(size, left)
         if settings.batch:
