@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from airflow_provider_nsq.protocol.errors import (
     NSQValueError,
 )
 from airflow_provider_nsq.testing.polling import wait_for
+from tests.support.drivers import AsyncFacade
 from tests.support.net import TCPProxy, closed_port, silent_server
 from tests.support.scripted_nsqd import Peer, ScriptedNSQD
 
@@ -38,35 +38,15 @@ MODES = ["blocking", "asyncio"]
 pytestmark = pytest.mark.parametrize("mode", MODES)
 
 
-class AsyncConsumerFacade:
+class AsyncConsumerFacade(AsyncFacade):
     """Runs AsyncNSQConsumer's coroutines to completion on a private loop."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.consumer = AsyncNSQConsumer(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.consumer, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = attr(*args, **kwargs)
-            if inspect.isawaitable(result):
-                return self.loop.run_until_complete(result)
-            return result
-
-        return call
+        super().__init__(target=AsyncNSQConsumer(*args, **kwargs))
+        self.consumer = self.conn
 
     def pump(self) -> None:
         self.loop.run_until_complete(asyncio.sleep(0.01))  # the loop answers heartbeats
-
-    def close(self) -> None:
-        try:
-            self.loop.run_until_complete(self.consumer.close())
-        finally:
-            self.loop.run_until_complete(asyncio.sleep(0))
-            self.loop.close()
 
 
 def make(mode: str, topic: str, channel: str = "c", **kwargs: Any) -> Any:
